@@ -1,0 +1,194 @@
+//! The daemon's configuration: the validated, typed form everything else reads.
+//!
+//! `raw` holds the serde image of the TOML file (unknown keys rejected);
+//! `load`/`from_toml_str` turn it into a [`Config`], checking every value and
+//! naming the key in every error, before any socket is bound.
+
+mod raw;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::store::{QueueingMethod, RoomPolicy, RoomState};
+
+pub use raw::{from_toml_str, load, ConfigError};
+
+/// The whole validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub cookie: CookieConfig,
+    pub origin: OriginConfig,
+    pub rooms: Vec<RoomConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Public listener (visitors).
+    pub listen: SocketAddr,
+    /// Admin listener (API, metrics, dashboard).
+    pub admin_listen: SocketAddr,
+    /// Bearer token for the admin API, read from `admin_token_env`.
+    pub admin_token: Option<Secret>,
+    /// Paths under this prefix are answered by the daemon; starts and ends with `/`.
+    pub reserved_prefix: String,
+    /// Peers whose inbound `X-Forwarded-*` headers are trusted.
+    pub trusted_proxies: Vec<IpNet>,
+    /// What to do with a request that matches no room.
+    pub unmatched: Unmatched,
+    /// Most concurrent client connections.
+    pub max_connections: usize,
+    /// Most bytes of request headers.
+    pub max_header_bytes: usize,
+    /// How long a client may take to send its request headers.
+    pub header_read_timeout: Duration,
+    /// How long `SIGTERM` waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+/// What happens to a request no room matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmatched {
+    /// Forward it unprotected.
+    Forward,
+    /// Answer 404.
+    NotFound,
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub backend: Backend,
+    /// Longest a request waits for the store.
+    pub timeout: Duration,
+    pub fail_mode: FailMode,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// One URL: a single Redis; several: the seed nodes of a Redis Cluster.
+    Redis { urls: Vec<String> },
+}
+
+/// What the daemon does while the store is unreachable (SPEC §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailMode {
+    /// Forward everyone.
+    Open,
+    /// Serve a "temporarily unavailable" page.
+    Closed,
+    /// Enforce this instance's share of the limits in memory.
+    Local,
+}
+
+#[derive(Clone, Debug)]
+pub struct CookieConfig {
+    /// The key ring: the first key seals, all keys open.
+    pub keys: Vec<Secret32>,
+    /// Mark cookies `Secure`.
+    pub secure: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct OriginConfig {
+    /// Base URL of the origin (`http://host:port`, optionally with a path prefix).
+    pub url: http::Uri,
+    /// Longest wait for the origin's response headers.
+    pub timeout: Duration,
+    /// Longest wait for a TCP connection to the origin.
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct RoomConfig {
+    /// `[a-z0-9_-]{1,64}`; used in cookie names and Redis keys.
+    pub id: String,
+    /// Human name shown on the queue page (defaults to the id).
+    pub name: String,
+    /// Lower-case host without port; `None` matches any host.
+    pub host: Option<String>,
+    /// Path prefix, starts with `/`.
+    pub path: String,
+    pub total_active_users: u64,
+    pub new_users_per_minute: u64,
+    pub session_duration: Duration,
+    pub session_renewal: bool,
+    pub queueing_method: QueueingMethod,
+    pub max_queue_length: u64,
+    pub refresh_interval: Duration,
+    pub abandon_after: Duration,
+    pub queue_status_code: http::StatusCode,
+    /// Answer `Accept: application/json` requests with the status JSON.
+    pub json_response: bool,
+    /// Operator's queue page template; `None` = the built-in one.
+    pub template: Option<PathBuf>,
+    /// Path prefixes forwarded without a ticket.
+    pub bypass_paths: Vec<String>,
+    /// Client addresses forwarded without a ticket.
+    pub bypass_ips: Vec<IpNet>,
+    /// A header whose exact value lets a request through without a ticket.
+    pub bypass_header: Option<(http::HeaderName, Secret)>,
+    /// Initial room state.
+    pub state: RoomState,
+    pub events: Vec<EventConfig>,
+}
+
+impl RoomConfig {
+    /// The store's view of this room.
+    pub fn policy(&self) -> RoomPolicy {
+        RoomPolicy {
+            room: Arc::from(self.id.as_str()),
+            total_active_users: self.total_active_users,
+            new_users_per_minute: self.new_users_per_minute,
+            session_duration_ms: self.session_duration.as_millis() as u64,
+            session_renewal: self.session_renewal,
+            method: self.queueing_method,
+            max_queue_length: self.max_queue_length,
+            abandon_after_ms: self.abandon_after.as_millis() as u64,
+            arrival_grace_ms: self.refresh_interval.as_millis() as u64 * 2,
+            state: self.state,
+        }
+    }
+
+    /// How often an admitted visitor's session is renewed in the store: a
+    /// quarter of the session, at most 60 s, at least 1 s.
+    pub fn check_in_interval(&self) -> Duration {
+        (self.session_duration / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EventConfig {
+    pub name: String,
+    pub prequeue_start: Option<std::time::SystemTime>,
+    pub start: std::time::SystemTime,
+    pub end: std::time::SystemTime,
+    pub shuffle_at_start: bool,
+    pub total_active_users: Option<u64>,
+    pub new_users_per_minute: Option<u64>,
+}
+
+/// A secret string that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// A 32-byte key that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret32(pub [u8; 32]);
+
+impl std::fmt::Debug for Secret32 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret32(..)")
+    }
+}

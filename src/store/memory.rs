@@ -1,0 +1,2 @@
+//! The embedded, single-instance store: every operation one critical section.
+//! STUB: being written.

@@ -1,0 +1,267 @@
+//! The shared state of every room: the `Store` trait, the types its operations
+//! speak, and the two backends (`memory`, `redis`).
+//!
+//! Every operation is one atomic step (one critical section in memory, one Lua
+//! script on Redis) and takes the current time as an argument, so tests move a
+//! clock instead of sleeping. The daemon never reads and then writes shared
+//! state in two steps.
+//!
+//! ## Semantics shared by every backend
+//!
+//! * A room holds *sessions* (visitor -> expiry), a *queue* (visitor -> `seq`,
+//!   ordered by `seq`, with the time of the visitor's last poll) and the
+//!   admission times of the last 60 s (the sliding rate window).
+//! * Before deciding anything, an operation expires sessions whose expiry is
+//!   `<= now`, drops admissions older than 60 s, removes queue entries whose
+//!   last poll is older than `abandon_after` (counted as abandoned), and then
+//!   *promotes* waiting visitors while there is room: in `fifo` mode the head
+//!   of the queue in order, in `random` mode random entries. A promoted visitor
+//!   gets a session at once (it learns so on its next poll), which is what
+//!   makes admission order equal queue order (no FIFO inversion) and keeps the
+//!   room work-conserving.
+//! * "Room" means `active < total_active_users` and fewer than
+//!   `new_users_per_minute` admissions in `(now - 60 s, now]`. A limit of 0
+//!   means unlimited.
+//! * `seq` is unique and increasing per room: `max((now - SEQ_EPOCH) * 1024,
+//!   last_seq + 1)`. Deriving it from time keeps tickets issued before a store
+//!   loss ordered before every ticket issued after it, so an entry put back
+//!   from a ticket (I5) lands at its original place.
+
+pub mod memory;
+pub mod redis;
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+
+/// Length of the sliding rate window.
+pub const RATE_WINDOW_MS: Millis = 60_000;
+
+/// `seq` values count from here (2020-01-01T00:00:00Z) so that
+/// `ms * SEQ_PER_MS` stays below 2^53 (exact in a Redis sorted-set score)
+/// for centuries.
+pub const SEQ_EPOCH_MS: Millis = 1_577_836_800_000;
+/// How many distinct `seq` values one millisecond provides.
+pub const SEQ_PER_MS: u64 = 1024;
+
+/// The first `seq` a room may hand out at `now`, given the last one it handed out.
+pub fn next_seq(now_ms: Millis, last_seq: u64) -> u64 {
+    (now_ms.saturating_sub(SEQ_EPOCH_MS) * SEQ_PER_MS).max(last_seq + 1)
+}
+
+/// A visitor's random, opaque identity (128 bits).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VisitorId(pub [u8; 16]);
+
+impl VisitorId {
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// Lower-case hex, 32 characters (what the origin sees and Redis stores).
+    pub fn to_hex(&self) -> String {
+        let mut s = String::with_capacity(32);
+        for b in self.0 {
+            use fmt::Write;
+            let _ = write!(s, "{b:02x}");
+        }
+        s
+    }
+
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Self(out))
+    }
+}
+
+impl fmt::Display for VisitorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for VisitorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VisitorId({})", self.to_hex())
+    }
+}
+
+/// How a room lets waiting visitors in (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueingMethod {
+    /// Waiting visitors are admitted in arrival order.
+    Fifo,
+    /// When room frees up, a random waiting visitor is admitted (a lottery).
+    Random,
+    /// No queue: everyone is admitted, the limits are only counted.
+    Passthrough,
+    /// No queue: over the limits, new visitors are rejected.
+    Reject,
+}
+
+/// A room's runtime state (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoomState {
+    /// Normal operation.
+    Open,
+    /// Every new visitor joins the queue, even when there is room; the queue
+    /// is admitted as capacity allows.
+    QueueAll,
+    /// Nobody is admitted; new visitors queue and the queue keeps its order.
+    Paused,
+    /// Sold out: no new tickets, queued visitors are told the room is closed.
+    /// Active sessions continue.
+    Closed,
+}
+
+/// Everything a store needs to know about a room to decide for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoomPolicy {
+    /// The room id; also the Redis hash tag.
+    pub room: Arc<str>,
+    /// Most concurrently active sessions; 0 = unlimited.
+    pub total_active_users: u64,
+    /// Most admissions in any 60 s window; 0 = unlimited.
+    pub new_users_per_minute: u64,
+    /// How long a session lives after admission / after its last check-in.
+    pub session_duration_ms: Millis,
+    /// Whether a check-in extends the session (sliding) or not (fixed).
+    pub session_renewal: bool,
+    pub method: QueueingMethod,
+    /// Most visitors waiting; beyond it new visitors are rejected. 0 = unbounded.
+    pub max_queue_length: u64,
+    /// A queued visitor who has not polled for this long is dropped.
+    pub abandon_after_ms: Millis,
+    /// Extra session time given to a visitor promoted from the queue, so the
+    /// session does not run out before the visitor's next poll collects it.
+    pub arrival_grace_ms: Millis,
+    pub state: RoomState,
+}
+
+/// Where a queued visitor stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// The visitor's order in the room (carried in the ticket; see `next_seq`).
+    pub seq: u64,
+    /// 1-based position among the visitors still waiting.
+    pub position: u64,
+    /// Number of visitors waiting.
+    pub queue_length: u64,
+}
+
+/// Why a visitor was turned away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// The room is `closed`.
+    Closed,
+    /// `max_queue_length` visitors are already waiting.
+    QueueFull,
+    /// `reject` method and over the limits.
+    OverLimit,
+}
+
+/// The outcome of `arrive` or `poll`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The visitor holds a live session until `session_expires_ms`.
+    Admitted { session_expires_ms: Millis },
+    Queued(QueuePlace),
+    Rejected(RejectReason),
+}
+
+/// Live figures of one room.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RoomStats {
+    pub active: u64,
+    pub queued: u64,
+    /// Admissions in `(now - 60 s, now]`.
+    pub admitted_last_minute: u64,
+    /// Time of the oldest admission in that window, if any (for the ETA rate).
+    pub oldest_admission_ms: Option<Millis>,
+}
+
+/// Cumulative counts the store keeps per room (for metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RoomTotals {
+    pub admitted: u64,
+    pub queued: u64,
+    pub rejected: u64,
+    pub abandoned: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store timed out")]
+    Timeout,
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+/// The shared state of every room. See the module docs for the semantics.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A visitor without a valid ticket arrives: admit, enqueue at the back,
+    /// or reject, in one atomic step.
+    async fn arrive(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError>;
+
+    /// A queued visitor polls. `seq` is the order its ticket carries: if the
+    /// store has no entry and no session for the visitor, the entry is put
+    /// back at `seq` (I5). Updates the visitor's last-poll time.
+    async fn poll(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError>;
+
+    /// An admitted visitor checks in: `Some(expiry)` if the session is live
+    /// (extended to `now + session_duration` when renewal is on), `None` if the
+    /// store no longer knows it (revoked, released, expired).
+    async fn check_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Option<Millis>, StoreError>;
+
+    /// Ends a visitor's session (or queue place). True if there was one.
+    async fn release(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError>;
+
+    /// Live figures (after the same housekeeping every operation does).
+    async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError>;
+
+    /// Cumulative counts since the room was created or reset.
+    async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError>;
+
+    /// Empties the room: no sessions, no queue, no rate history.
+    async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError>;
+}
+
+/// A shared handle to the daemon's store.
+pub type SharedStore = Arc<dyn Store>;
