@@ -1,1 +1,2 @@
-fn main(){}
+//! The `waitroom` command line. STUB until config lands.
+fn main() {}

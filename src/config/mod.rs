@@ -72,7 +72,9 @@ pub struct StoreConfig {
 pub enum Backend {
     Memory,
     /// One URL: a single Redis; several: the seed nodes of a Redis Cluster.
-    Redis { urls: Vec<String> },
+    Redis {
+        urls: Vec<String>,
+    },
 }
 
 /// What the daemon does while the store is unreachable (SPEC §8).

@@ -177,7 +177,9 @@ pub enum RejectReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// The visitor holds a live session until `session_expires_ms`.
-    Admitted { session_expires_ms: Millis },
+    Admitted {
+        session_expires_ms: Millis,
+    },
     Queued(QueuePlace),
     Rejected(RejectReason),
 }

@@ -1,0 +1,67 @@
+//! The honest wait estimate: a smoothed observed admission rate per room,
+//! falling back to what the limits allow when there is no history.
+
+use std::sync::Mutex;
+
+use crate::store::{RoomPolicy, RoomStats, RATE_WINDOW_MS};
+
+/// Weight of the newest sample in the moving average. Samples come every few
+/// seconds and each already averages up to 60 s, so this mostly damps noise.
+const SMOOTHING: f64 = 0.3;
+
+/// Admissions per second, as observed from the store's rate window.
+#[derive(Default)]
+pub struct RateTracker {
+    per_second: Mutex<Option<f64>>,
+}
+
+impl RateTracker {
+    /// Folds in a fresh reading of the room's figures.
+    pub fn observe(&self, stats: &RoomStats, now_ms: u64) {
+        let sample = match stats.oldest_admission_ms {
+            Some(oldest) if stats.admitted_last_minute > 0 => {
+                // Over a full window when the room is old enough; a young room
+                // is measured over the time it has actually been admitting.
+                let span_ms = now_ms.saturating_sub(oldest).clamp(5_000, RATE_WINDOW_MS);
+                stats.admitted_last_minute as f64 * 1000.0 / span_ms as f64
+            }
+            _ => 0.0,
+        };
+        let mut rate = self.per_second.lock().unwrap_or_else(|p| p.into_inner());
+        *rate = Some(match *rate {
+            Some(old) => old + SMOOTHING * (sample - old),
+            None => sample,
+        });
+    }
+
+    /// The observed rate, if any admissions have been seen recently.
+    pub fn observed(&self) -> Option<f64> {
+        let rate = *self.per_second.lock().unwrap_or_else(|p| p.into_inner());
+        rate.filter(|r| *r > 0.001)
+    }
+
+    /// Seconds until the visitor at `position` is admitted.
+    pub fn eta_seconds(&self, position: u64, policy: &RoomPolicy) -> u64 {
+        if position == 0 {
+            return 0;
+        }
+        match self.observed().or_else(|| configured_rate(policy)) {
+            Some(rate) => (position as f64 / rate).ceil() as u64,
+            None => 0,
+        }
+    }
+}
+
+/// What the limits allow per second in steady state: the rate limit, or the
+/// turnover of a full room (one session length per slot), whichever is lower.
+pub fn configured_rate(policy: &RoomPolicy) -> Option<f64> {
+    let by_rate =
+        (policy.new_users_per_minute > 0).then(|| policy.new_users_per_minute as f64 / 60.0);
+    let by_capacity = (policy.total_active_users > 0).then(|| {
+        policy.total_active_users as f64 * 1000.0 / policy.session_duration_ms.max(1) as f64
+    });
+    match (by_rate, by_capacity) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

@@ -1,0 +1,231 @@
+//! Header rewriting between the visitor and the origin: hop-by-hop removal,
+//! `X-Forwarded-*`, the client address, and stripping the daemon's cookies.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use ipnet::IpNet;
+
+/// Prefix of every cookie the daemon sets; such cookies never reach the origin.
+pub const COOKIE_PREFIX: &str = "waitroom_";
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so a
+/// WebSocket handshake can pass through.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    let upgrade = headers.get(header::UPGRADE).cloned();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    if keep_upgrade {
+        if let Some(upgrade) = upgrade {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, upgrade);
+        }
+    }
+}
+
+/// Whether `peer` is one of the configured proxies whose forwarding headers we believe.
+pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
+    trusted.iter().any(|net| net.contains(&peer))
+}
+
+/// The visitor's address: the peer itself, or, when the peer is a trusted
+/// proxy, the right-most address in `X-Forwarded-For` that is not one of our
+/// trusted proxies (the left part of the header is whatever the client sent).
+pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr {
+    if !is_trusted(peer, trusted) {
+        return peer;
+    }
+    let hops: Vec<IpAddr> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    hops.iter()
+        .rev()
+        .find(|ip| !is_trusted(**ip, trusted))
+        .or(hops.first())
+        .copied()
+        .unwrap_or(peer)
+}
+
+/// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
+/// peer appended) only when the peer is trusted; otherwise they are replaced.
+pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host: Option<&str>) {
+    let prior_for = trusted.then(|| joined(headers, &X_FORWARDED_FOR)).flatten();
+    let xff = match prior_for {
+        Some(prior) => format!("{prior}, {peer}"),
+        None => peer.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    if !(trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+    if !(trusted && headers.contains_key(&X_FORWARDED_HOST)) {
+        match host.and_then(|h| HeaderValue::from_str(h).ok()) {
+            Some(v) => {
+                headers.insert(X_FORWARDED_HOST, v);
+            }
+            None => {
+                headers.remove(&X_FORWARDED_HOST);
+            }
+        }
+    }
+}
+
+fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let parts: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// Removes the daemon's cookies from the `Cookie` header(s), keeping the rest.
+pub fn strip_own_cookies(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::COOKIE) {
+        return;
+    }
+    let kept: Vec<String> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with(COOKIE_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+            headers.insert(header::COOKIE, v);
+        }
+    }
+}
+
+/// The value of the cookie `name`, if the request carries it.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.trim_matches('"'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_are_removed() {
+        let mut h = map(&[
+            ("connection", "keep-alive, x-private"),
+            ("keep-alive", "timeout=5"),
+            ("x-private", "1"),
+            ("te", "trailers"),
+            ("accept", "*/*"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("accept"));
+    }
+
+    #[test]
+    fn upgrade_survives_only_when_asked() {
+        let mut h = map(&[("connection", "Upgrade"), ("upgrade", "websocket")]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h["connection"], "upgrade");
+        assert_eq!(h["upgrade"], "websocket");
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn forwarded_for_is_replaced_from_untrusted_peers_and_appended_from_trusted() {
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut h = map(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-proto", "https"),
+        ]);
+        set_forwarded(&mut h, peer, false, Some("shop.example"));
+        assert_eq!(h["x-forwarded-for"], "10.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "shop.example");
+
+        let mut h = map(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-proto", "https"),
+        ]);
+        set_forwarded(&mut h, peer, true, Some("shop.example"));
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "https");
+    }
+
+    #[test]
+    fn client_ip_trusts_forwarded_for_only_from_trusted_proxies() {
+        let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let h = map(&[("x-forwarded-for", "6.6.6.6, 5.5.5.5")]);
+        let lb: IpAddr = "127.0.0.1".parse().unwrap();
+        let other: IpAddr = "9.9.9.9".parse().unwrap();
+        assert_eq!(
+            client_ip(&h, lb, &trusted),
+            "5.5.5.5".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(client_ip(&h, other, &trusted), other);
+    }
+
+    #[test]
+    fn own_cookies_are_stripped_and_others_kept() {
+        let mut h = map(&[("cookie", "a=1; waitroom_shop=xyz"), ("cookie", "b=2")]);
+        assert_eq!(cookie(&h, "waitroom_shop"), Some("xyz"));
+        strip_own_cookies(&mut h);
+        assert_eq!(h.get_all("cookie").iter().count(), 1);
+        assert_eq!(h["cookie"], "a=1; b=2");
+        let mut h = map(&[("cookie", "waitroom_shop=xyz")]);
+        strip_own_cookies(&mut h);
+        assert!(!h.contains_key("cookie"));
+    }
+}

@@ -1,0 +1,215 @@
+//! What a waiting visitor sees: the queue page (an operator-replaceable
+//! template), the status JSON, and the daemon's own message pages
+//! (rejected, closed, origin errors, store unavailable, slow down).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use minijinja::{context, AutoEscape, Environment};
+use serde::Serialize;
+
+/// The built-in queue page.
+pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
+/// The built-in page for every other message.
+pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
+
+#[derive(Debug, thiserror::Error)]
+#[error("template {path}: {message}")]
+pub struct TemplateError {
+    pub path: String,
+    pub message: String,
+}
+
+/// A compiled queue page template. Values are HTML-escaped.
+#[derive(Clone)]
+pub struct Template {
+    env: Arc<Environment<'static>>,
+}
+
+impl Template {
+    pub fn builtin() -> Self {
+        Self::from_source("queue.html".into(), DEFAULT_QUEUE_TEMPLATE.into())
+            .expect("the built-in template compiles")
+    }
+
+    /// Loads and compiles an operator's template, so a broken one is refused at start-up.
+    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+        let fail = |message: String| TemplateError {
+            path: path.display().to_string(),
+            message,
+        };
+        let source = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let template =
+            Self::from_source("queue.html".into(), source).map_err(|e| fail(e.to_string()))?;
+        // Render once with sample values so missing filters or bad syntax surface now.
+        template
+            .try_render(&QueueView::sample())
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(template)
+    }
+
+    fn from_source(name: String, source: String) -> Result<Self, minijinja::Error> {
+        let mut env = Environment::new();
+        // Escape everything, whatever the template's file name.
+        env.set_auto_escape_callback(|_| AutoEscape::Html);
+        env.add_template_owned(name, source)?;
+        Ok(Self { env: Arc::new(env) })
+    }
+
+    fn try_render(&self, view: &QueueView) -> Result<String, minijinja::Error> {
+        self.env.get_template("queue.html")?.render(view)
+    }
+
+    pub fn render(&self, view: &QueueView) -> String {
+        self.try_render(view).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "queue template failed; serving the built-in page");
+            Template::builtin()
+                .try_render(view)
+                .unwrap_or_else(|_| "<!doctype html><title>Waiting room</title><p>You are in the queue. This page refreshes itself.</p>".into())
+        })
+    }
+}
+
+/// The `state` field of the status JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisitorState {
+    Queued,
+    Admitted,
+    Prequeue,
+    Closed,
+    Rejected,
+}
+
+/// `GET /__waitroom/status` and `Accept: application/json` answers (SPEC §5).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Status {
+    pub room: String,
+    pub state: VisitorState,
+    pub position: u64,
+    pub queue_length: u64,
+    pub eta_seconds: u64,
+    pub refresh_seconds: u64,
+}
+
+/// Everything the queue template can show. Documented in the README.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueView {
+    pub room_id: String,
+    pub room_name: String,
+    pub state: VisitorState,
+    pub position: u64,
+    pub queue_length: u64,
+    pub eta_seconds: u64,
+    /// "about 3 minutes", "less than a minute", ...
+    pub eta_text: String,
+    /// Share of the queue behind this visitor, 0..=100.
+    pub progress_percent: u64,
+    /// Time of this answer, `HH:MM:SS` UTC.
+    pub updated_at: String,
+    /// The same time as RFC 3339, for scripts.
+    pub updated_at_iso: String,
+    pub refresh_seconds: u64,
+    /// Where the page's script polls.
+    pub status_url: String,
+    /// Name of the event being waited for, if any.
+    pub event_name: Option<String>,
+    /// Seconds until the event starts, if in its prequeue window.
+    pub event_countdown_seconds: Option<u64>,
+}
+
+impl QueueView {
+    pub fn new(status: &Status, room_name: &str, status_url: String, now_ms: u64) -> Self {
+        let updated = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now_ms);
+        let iso = humantime::format_rfc3339_seconds(updated).to_string();
+        let progress = if status.queue_length == 0 {
+            100
+        } else {
+            (status.queue_length.saturating_sub(status.position) + 1) * 100 / status.queue_length
+        };
+        Self {
+            room_id: status.room.clone(),
+            room_name: room_name.to_owned(),
+            state: status.state,
+            position: status.position,
+            queue_length: status.queue_length,
+            eta_seconds: status.eta_seconds,
+            eta_text: eta_text(status.eta_seconds),
+            progress_percent: progress.min(100),
+            updated_at: iso.get(11..19).unwrap_or("").to_owned(),
+            updated_at_iso: iso,
+            refresh_seconds: status.refresh_seconds,
+            status_url,
+            event_name: None,
+            event_countdown_seconds: None,
+        }
+    }
+
+    fn sample() -> Self {
+        let status = Status {
+            room: "sample".into(),
+            state: VisitorState::Queued,
+            position: 3,
+            queue_length: 10,
+            eta_seconds: 90,
+            refresh_seconds: 20,
+        };
+        Self::new(
+            &status,
+            "Sample",
+            "/__waitroom/status?room=sample".into(),
+            0,
+        )
+    }
+}
+
+/// A rounded, human wait.
+pub fn eta_text(seconds: u64) -> String {
+    match seconds {
+        0..=59 => "less than a minute".into(),
+        60..=119 => "about 1 minute".into(),
+        120..=3599 => format!("about {} minutes", (seconds + 30) / 60),
+        3600..=7199 => "about 1 hour".into(),
+        _ => format!("about {} hours", (seconds + 1800) / 3600),
+    }
+}
+
+/// A page for everything that is not the queue.
+pub struct Message<'a> {
+    pub title: &'a str,
+    pub text: &'a str,
+    /// Seconds after which the page reloads itself (0 = never).
+    pub refresh_seconds: u64,
+}
+
+pub fn render_message(message: &Message<'_>) -> String {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.render_str(
+        MESSAGE_TEMPLATE,
+        context! { title => message.title, text => message.text, refresh_seconds => message.refresh_seconds },
+    )
+    .unwrap_or_else(|_| format!("<!doctype html><title>{0}</title><h1>{0}</h1>", "Please try again later"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_values_are_html_escaped() {
+        let mut view = QueueView::sample();
+        view.room_name = "<script>alert(1)</script>".into();
+        let html = Template::builtin().render(&view);
+        assert!(!html.contains("<script>alert(1)"));
+        assert!(html.contains("&lt;script&gt;alert(1)"), "{html}");
+    }
+
+    #[test]
+    fn eta_text_rounds_for_people() {
+        assert_eq!(eta_text(10), "less than a minute");
+        assert_eq!(eta_text(75), "about 1 minute");
+        assert_eq!(eta_text(170), "about 3 minutes");
+        assert_eq!(eta_text(3 * 3600), "about 3 hours");
+    }
+}
