@@ -1,0 +1,146 @@
+//! Shared pieces of the integration tests: a real fake origin on a loopback
+//! port, a config builder, and a daemon started on `127.0.0.1:0`.
+#![allow(dead_code)]
+
+pub mod origin;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use waitroom::clock::ManualClock;
+use waitroom::config::*;
+use waitroom::store::{QueueingMethod, RoomState, SharedStore};
+use waitroom::{Daemon, Deps};
+
+/// A fixed cookie key for tests.
+pub const KEY: [u8; 32] = [7; 32];
+
+/// A realistic "now" for tests (2027-01-15).
+pub const T0: u64 = 1_800_000_000_000;
+
+/// A config with one room "shop" on every host at `/`, in front of `origin`.
+pub fn config(origin: SocketAddr) -> Config {
+    Config {
+        server: ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            admin_token: None,
+            reserved_prefix: "/__waitroom/".into(),
+            trusted_proxies: vec![],
+            unmatched: Unmatched::Forward,
+            max_connections: 10_000,
+            max_header_bytes: 16_384,
+            header_read_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(5),
+        },
+        store: StoreConfig {
+            backend: Backend::Memory,
+            timeout: Duration::from_millis(500),
+            fail_mode: FailMode::Open,
+        },
+        cookie: CookieConfig {
+            keys: vec![Secret32(KEY)],
+            secure: false,
+        },
+        origin: OriginConfig {
+            url: format!("http://{origin}").parse().unwrap(),
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+        },
+        rooms: vec![room("shop", "/")],
+    }
+}
+
+pub fn room(id: &str, path: &str) -> RoomConfig {
+    RoomConfig {
+        id: id.into(),
+        name: format!("The {id} room"),
+        host: None,
+        path: path.into(),
+        total_active_users: 5,
+        new_users_per_minute: 0,
+        session_duration: Duration::from_secs(60),
+        session_renewal: true,
+        queueing_method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        refresh_interval: Duration::from_secs(5),
+        abandon_after: Duration::from_secs(60),
+        queue_status_code: http::StatusCode::OK,
+        json_response: true,
+        template: None,
+        bypass_paths: vec!["/static/".into()],
+        bypass_ips: vec![],
+        bypass_header: None,
+        state: RoomState::Open,
+        events: vec![],
+    }
+}
+
+/// A daemon on loopback with a manual clock (starting at `T0`).
+pub struct Harness {
+    pub daemon: Daemon,
+    pub clock: ManualClock,
+    pub origin: origin::Origin,
+}
+
+impl Harness {
+    pub async fn start(tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_with_store(tweak, None).await
+    }
+
+    pub async fn start_with_store(tweak: impl FnOnce(&mut Config), store: Option<SharedStore>) -> Self {
+        let origin = origin::Origin::start().await;
+        let mut cfg = config(origin.addr);
+        tweak(&mut cfg);
+        let clock = ManualClock::new(T0);
+        let daemon = Daemon::start(
+            &cfg,
+            Deps {
+                store,
+                clock: Some(Arc::new(clock.clone())),
+            },
+        )
+        .await
+        .expect("daemon starts");
+        Self { daemon, clock, origin }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.daemon.addr, path)
+    }
+
+    /// A client that keeps its own cookies, like one browser.
+    pub fn visitor(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    /// A client without cookies.
+    pub fn bare(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+}
+
+/// The value of the `name` cookie in a response's `Set-Cookie` headers.
+pub fn set_cookie(resp: &reqwest::Response, name: &str) -> Option<String> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Whether a response is the origin's (and not the daemon's queue page).
+pub fn from_origin(resp: &reqwest::Response) -> bool {
+    resp.headers().contains_key("x-origin")
+}

@@ -1,0 +1,166 @@
+//! A real fake origin on a loopback port: echo, streaming download and
+//! upload, slow answers, a WebSocket echo and the revoke command.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+use waitroom::body::{boxed, full, Body};
+
+pub struct Origin {
+    pub addr: SocketAddr,
+    /// TCP connections accepted so far (to see keep-alive reuse).
+    pub connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Origin {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(|req| async move { Ok::<_, Infallible>(handle(req).await) });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Self { addr, connections, task }
+    }
+}
+
+fn query_u64(req: &Request<Incoming>, key: &str) -> u64 {
+    req.uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix(&format!("{key}="))))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn reply(status: StatusCode, body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp.headers_mut().insert("x-origin", "1".parse().unwrap());
+    resp
+}
+
+async fn handle(mut req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    match path.as_str() {
+        "/download" => {
+            let total = query_u64(&req, "bytes");
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            let stream = futures::stream::unfold(0u64, move |sent| {
+                let chunk = chunk.clone();
+                async move {
+                    if sent >= total {
+                        return None;
+                    }
+                    let n = (total - sent).min(chunk.len() as u64) as usize;
+                    Some((Ok::<_, Infallible>(Frame::data(chunk.slice(..n))), sent + n as u64))
+                }
+            });
+            reply(StatusCode::OK, boxed(StreamBody::new(stream)))
+        }
+        "/upload" => {
+            let mut body = req.into_body();
+            let mut n = 0u64;
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => n += f.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(_) => return reply(StatusCode::BAD_REQUEST, full("body error")),
+                }
+            }
+            reply(StatusCode::OK, full(n.to_string()))
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(query_u64(&req, "ms"))).await;
+            reply(StatusCode::OK, full("slow"))
+        }
+        "/revoke" => {
+            let mut resp = reply(StatusCode::OK, full("thanks for your order"));
+            resp.headers_mut().insert("x-waitroom-command", "revoke".parse().unwrap());
+            resp
+        }
+        "/hop" => {
+            let mut resp = reply(StatusCode::OK, full("hop"));
+            let h = resp.headers_mut();
+            h.insert("connection", "x-secret-hop, keep-alive".parse().unwrap());
+            h.insert("x-secret-hop", "1".parse().unwrap());
+            h.insert("keep-alive", "timeout=5".parse().unwrap());
+            resp
+        }
+        "/ws" => {
+            let key = req
+                .headers()
+                .get("sec-websocket-key")
+                .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()));
+            let Some(accept) = key else {
+                return reply(StatusCode::BAD_REQUEST, full("not a websocket"));
+            };
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(upgraded) = upgrade.await else { return };
+                let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text() || msg.is_binary() {
+                        if ws.send(msg).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            let mut resp = reply(StatusCode::SWITCHING_PROTOCOLS, waitroom::body::empty());
+            let h = resp.headers_mut();
+            h.insert("connection", "upgrade".parse().unwrap());
+            h.insert("upgrade", "websocket".parse().unwrap());
+            h.insert("sec-websocket-accept", accept.parse().unwrap());
+            resp
+        }
+        _ => {
+            // Echo: what the origin received.
+            let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (k, v) in req.headers() {
+                headers
+                    .entry(k.as_str().to_owned())
+                    .or_default()
+                    .push(v.to_str().unwrap_or("").to_owned());
+            }
+            let echo = serde_json::json!({
+                "method": req.method().as_str(),
+                "uri": req.uri().to_string(),
+                "headers": headers,
+            });
+            let mut resp = reply(StatusCode::OK, full(echo.to_string()));
+            resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            resp
+        }
+    }
+}
