@@ -15,7 +15,10 @@ use ipnet::IpNet;
 
 use crate::store::{QueueingMethod, RoomPolicy, RoomState};
 
-pub use raw::{from_toml_str, load, ConfigError};
+pub use raw::{
+    from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
+    ConfigError, LoadOptions, Location, Problem,
+};
 
 /// The whole validated configuration.
 #[derive(Clone, Debug)]
