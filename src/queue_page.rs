@@ -122,11 +122,8 @@ impl QueueView {
     pub fn new(status: &Status, room_name: &str, status_url: String, now_ms: u64) -> Self {
         let updated = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now_ms);
         let iso = humantime::format_rfc3339_seconds(updated).to_string();
-        let progress = if status.queue_length == 0 {
-            100
-        } else {
-            (status.queue_length.saturating_sub(status.position) + 1) * 100 / status.queue_length
-        };
+        let behind = status.queue_length.saturating_sub(status.position) + 1;
+        let progress = (behind * 100).checked_div(status.queue_length).unwrap_or(100);
         Self {
             room_id: status.room.clone(),
             room_name: room_name.to_owned(),

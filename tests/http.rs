@@ -32,10 +32,16 @@ async fn admitted_visitor_is_forwarded_with_visitor_id_and_without_our_cookie() 
     assert!(from_origin(&first));
     let ticket = set_cookie(&first, COOKIE).expect("an admitted ticket is set");
     let set = first.headers()["set-cookie"].to_str().unwrap().to_owned();
-    assert!(set.contains("HttpOnly") && set.contains("SameSite=Lax") && set.contains("Path=/"), "{set}");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Lax") && set.contains("Path=/"),
+        "{set}"
+    );
     let echo: serde_json::Value = first.json().await.unwrap();
     assert_eq!(echo["uri"], "/shoes?size=42");
-    let visitor = echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap().to_owned();
+    let visitor = echo["headers"]["x-waitroom-visitor"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(visitor.len(), 32);
 
     // The second request carries the ticket and another cookie: only ours is stripped.
@@ -47,7 +53,10 @@ async fn admitted_visitor_is_forwarded_with_visitor_id_and_without_our_cookie() 
         .await
         .unwrap();
     assert!(from_origin(&second));
-    assert!(set_cookie(&second, COOKIE).is_none(), "no re-issue before check-in is due");
+    assert!(
+        set_cookie(&second, COOKIE).is_none(),
+        "no re-issue before check-in is due"
+    );
     let echo: serde_json::Value = second.json().await.unwrap();
     assert_eq!(echo["headers"]["cookie"][0], "theme=dark");
     assert_eq!(echo["headers"]["x-waitroom-visitor"][0], visitor.as_str());
@@ -68,7 +77,11 @@ async fn visitors_over_the_limit_queue_in_order_and_are_admitted_as_room_frees()
         assert_eq!(resp.headers()["cache-control"], "no-store");
         assert_eq!(resp.headers()["retry-after"], "5");
         let page = resp.text().await.unwrap();
-        assert!(page.contains(&format!("id=\"wr-position\">{}<", i + 1)), "position {} in page", i + 1);
+        assert!(
+            page.contains(&format!("id=\"wr-position\">{}<", i + 1)),
+            "position {} in page",
+            i + 1
+        );
     }
     // Reloading keeps the place.
     let again = status_json(&h, &queued[2]).await;
@@ -79,20 +92,28 @@ async fn visitors_over_the_limit_queue_in_order_and_are_admitted_as_room_frees()
     // Sessions end (60 s, renewed never since no check-in): the queue moves up.
     h.clock.advance(Duration::from_secs(61));
     let s = status_json(&h, &queued[3]).await;
-    assert_eq!(s["state"], "queued", "the fourth waits behind three free places");
+    assert_eq!(
+        s["state"], "queued",
+        "the fourth waits behind three free places"
+    );
     for v in &queued[..3] {
         assert_eq!(status_json(&h, v).await["state"], "admitted");
         let resp = v.get(h.url("/item/7?x=1")).send().await.unwrap();
         assert!(from_origin(&resp), "admitted visitors reach the origin");
     }
     let s = status_json(&h, &queued[3]).await;
-    assert_eq!((s["state"].as_str(), s["position"].as_u64()), (Some("queued"), Some(1)));
+    assert_eq!(
+        (s["state"].as_str(), s["position"].as_u64()),
+        (Some("queued"), Some(1))
+    );
 }
 
 #[tokio::test]
 async fn json_clients_get_the_status_fields_exactly() {
     let h = Harness::start(|c| c.rooms[0].total_active_users = 1).await;
-    assert!(from_origin(&h.visitor().get(h.url("/")).send().await.unwrap()));
+    assert!(from_origin(
+        &h.visitor().get(h.url("/")).send().await.unwrap()
+    ));
     let app = h.visitor();
     let resp = app
         .get(h.url("/api/cart"))
@@ -103,10 +124,22 @@ async fn json_clients_get_the_status_fields_exactly() {
     assert_eq!(resp.headers()["content-type"], "application/json");
     assert_eq!(resp.headers()["retry-after"], "5");
     let body: serde_json::Value = resp.json().await.unwrap();
-    let keys: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
-        ["eta_seconds", "position", "queue_length", "refresh_seconds", "room", "state"]
+        [
+            "eta_seconds",
+            "position",
+            "queue_length",
+            "refresh_seconds",
+            "room",
+            "state"
+        ]
     );
     assert_eq!(body["room"], "shop");
     assert_eq!(body["state"], "queued");
@@ -122,7 +155,10 @@ async fn every_bad_cookie_is_a_new_visitor() {
     let ring = KeyRing::new(&[Secret32(KEY)]);
     let admitted = |expires_ms| Ticket {
         visitor: VisitorId([1; 16]),
-        grant: Grant::Admitted { session_expires_ms: expires_ms, check_in_due_ms: expires_ms },
+        grant: Grant::Admitted {
+            session_expires_ms: expires_ms,
+            check_in_due_ms: expires_ms,
+        },
         expires_ms,
     };
     let good = ring.seal("shop", &admitted(T0 + 60_000));
@@ -152,12 +188,25 @@ async fn every_bad_cookie_is_a_new_visitor() {
         let fresh = set_cookie(&resp, COOKIE).unwrap_or_else(|| panic!("{case}: new ticket"));
         assert_ne!(fresh, value, "{case}");
         let echo: serde_json::Value = resp.json().await.unwrap();
-        assert_ne!(echo["headers"]["x-waitroom-visitor"][0], VisitorId([1; 16]).to_hex(), "{case}");
+        assert_ne!(
+            echo["headers"]["x-waitroom-visitor"][0],
+            VisitorId([1; 16]).to_hex(),
+            "{case}"
+        );
     }
     // The good one is accepted as it is.
-    let resp = h.bare().get(h.url("/")).header("cookie", format!("{COOKIE}={good}")).send().await.unwrap();
+    let resp = h
+        .bare()
+        .get(h.url("/"))
+        .header("cookie", format!("{COOKIE}={good}"))
+        .send()
+        .await
+        .unwrap();
     let echo: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(echo["headers"]["x-waitroom-visitor"][0], VisitorId([1; 16]).to_hex());
+    assert_eq!(
+        echo["headers"]["x-waitroom-visitor"][0],
+        VisitorId([1; 16]).to_hex()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -193,7 +242,13 @@ async fn four_hundred_concurrent_newcomers_at_a_limit_of_fifty_admit_exactly_fif
     assert_eq!(admitted, 50);
     positions.sort_unstable();
     assert_eq!(positions, (1..=350).collect::<Vec<_>>());
-    let stats = h.daemon.gate.store.stats(&h.daemon.gate.rooms.all()[0].policy, T0).await.unwrap();
+    let stats = h
+        .daemon
+        .gate
+        .store
+        .stats(&h.daemon.gate.rooms.all()[0].policy, T0)
+        .await
+        .unwrap();
     assert_eq!((stats.active, stats.queued), (50, 350));
 }
 
@@ -209,7 +264,10 @@ async fn origin_revoke_frees_the_place_expires_the_cookie_and_is_stripped() {
     assert!(from_origin(&done));
     assert!(!done.headers().contains_key("x-waitroom-command"));
     let cleared = done.headers()["set-cookie"].to_str().unwrap();
-    assert!(cleared.starts_with(&format!("{COOKIE}=;")) && cleared.contains("Max-Age=0"), "{cleared}");
+    assert!(
+        cleared.starts_with(&format!("{COOKIE}=;")) && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
 
     assert_eq!(status_json(&h, &waiting).await["state"], "admitted");
 }
@@ -220,7 +278,8 @@ async fn a_session_the_store_forgot_is_a_new_visitor_at_the_next_check_in() {
     let v = h.visitor();
     let resp = v.get(h.url("/")).send().await.unwrap();
     let echo: serde_json::Value = resp.json().await.unwrap();
-    let id = VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    let id =
+        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
     let policy = h.daemon.gate.rooms.all()[0].policy.clone();
     assert!(h.daemon.gate.store.release(&policy, id, T0).await.unwrap());
     // Before the check-in is due the ticket is trusted without a store trip.
@@ -229,7 +288,10 @@ async fn a_session_the_store_forgot_is_a_new_visitor_at_the_next_check_in() {
     // At the check-in (a quarter of 60 s) the store is asked: unknown -> new visitor.
     h.clock.advance(Duration::from_secs(16));
     let resp = v.get(h.url("/")).send().await.unwrap();
-    assert!(from_origin(&resp), "room is free again, so the newcomer is admitted");
+    assert!(
+        from_origin(&resp),
+        "room is free again, so the newcomer is admitted"
+    );
     let echo: serde_json::Value = resp.json().await.unwrap();
     assert_ne!(echo["headers"]["x-waitroom-visitor"][0], id.to_hex());
 }
@@ -245,7 +307,9 @@ async fn check_in_renews_the_session_in_the_store() {
         assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
     }
     // Meanwhile the room stays full for others.
-    assert!(!from_origin(&h.visitor().get(h.url("/")).send().await.unwrap()));
+    assert!(!from_origin(
+        &h.visitor().get(h.url("/")).send().await.unwrap()
+    ));
 }
 
 #[tokio::test]
@@ -257,10 +321,20 @@ async fn bypass_paths_and_reserved_paths_are_never_queued_or_forwarded_wrongly()
     assert!(set_cookie(&resp, COOKIE).is_none());
     let resp = h.bare().get(h.url("/")).send().await.unwrap();
     assert!(!from_origin(&resp), "paused: queued");
-    let resp = h.bare().get(h.url("/__waitroom/health")).send().await.unwrap();
+    let resp = h
+        .bare()
+        .get(h.url("/__waitroom/health"))
+        .send()
+        .await
+        .unwrap();
     assert!(!from_origin(&resp));
     assert_eq!(resp.text().await.unwrap(), "ok");
-    let resp = h.bare().get(h.url("/__waitroom/anything")).send().await.unwrap();
+    let resp = h
+        .bare()
+        .get(h.url("/__waitroom/anything"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     assert!(!from_origin(&resp));
 }
@@ -283,7 +357,8 @@ async fn forwarded_headers_are_set_and_only_trusted_peers_may_supply_them() {
     assert_eq!(echo["headers"]["x-forwarded-host"][0], "shop.example");
     assert_eq!(echo["headers"]["host"][0], "shop.example");
 
-    let h = Harness::start(|c| c.server.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()]).await;
+    let h =
+        Harness::start(|c| c.server.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()]).await;
     let resp = h
         .bare()
         .get(h.url("/"))
@@ -312,7 +387,10 @@ async fn hop_by_hop_headers_are_removed_both_ways() {
         .unwrap();
     let echo: serde_json::Value = resp.json().await.unwrap();
     for gone in ["x-private", "te", "proxy-authorization"] {
-        assert!(echo["headers"].get(gone).is_none(), "{gone} reached the origin");
+        assert!(
+            echo["headers"].get(gone).is_none(),
+            "{gone} reached the origin"
+        );
     }
     let resp = h.bare().get(h.url("/hop")).send().await.unwrap();
     assert!(from_origin(&resp));
@@ -325,7 +403,12 @@ async fn large_bodies_stream_both_ways() {
     let h = Harness::start(|_| {}).await;
     const SIZE: u64 = 64 * 1024 * 1024;
     // Download: read chunk by chunk, never the whole body at once.
-    let mut resp = h.bare().get(h.url(&format!("/download?bytes={SIZE}"))).send().await.unwrap();
+    let mut resp = h
+        .bare()
+        .get(h.url(&format!("/download?bytes={SIZE}")))
+        .send()
+        .await
+        .unwrap();
     assert!(from_origin(&resp));
     let mut got = 0u64;
     while let Some(chunk) = resp.chunk().await.unwrap() {
@@ -333,7 +416,9 @@ async fn large_bodies_stream_both_ways() {
     }
     assert_eq!(got, SIZE);
     // Upload: a generated stream of the same size.
-    let chunks = futures::stream::iter((0..SIZE / 65536).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 65536])));
+    let chunks = futures::stream::iter(
+        (0..SIZE / 65536).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 65536])),
+    );
     let resp = h
         .bare()
         .post(h.url("/upload"))
@@ -353,8 +438,11 @@ async fn websocket_upgrades_pass_through_for_admitted_visitors() {
         format!("ws://{}/ws", h.daemon.addr),
     )
     .unwrap();
-    req.headers_mut().insert("cookie", format!("{COOKIE}={ticket}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("upgrade through the proxy");
+    req.headers_mut()
+        .insert("cookie", format!("{COOKIE}={ticket}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("upgrade through the proxy");
     ws.send("hello".into()).await.unwrap();
     let echoed = ws.next().await.unwrap().unwrap();
     assert_eq!(echoed.into_text().unwrap(), "hello");
@@ -363,7 +451,10 @@ async fn websocket_upgrades_pass_through_for_admitted_visitors() {
 #[tokio::test]
 async fn http2_clients_are_served() {
     let h = Harness::start(|_| {}).await;
-    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
     let resp = client.get(h.url("/h2")).send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert!(from_origin(&resp));
@@ -376,7 +467,11 @@ async fn origin_failures_get_clear_pages() {
     let h = Harness::start(|c| c.origin.timeout = Duration::from_millis(300)).await;
     let resp = h.bare().get(h.url("/slow?ms=2000")).send().await.unwrap();
     assert_eq!(resp.status(), 504);
-    assert!(resp.text().await.unwrap().contains("did not answer in time"));
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .contains("did not answer in time"));
 
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap();
@@ -386,7 +481,10 @@ async fn origin_failures_get_clear_pages() {
     assert_eq!(resp.status(), 502);
     let page = resp.text().await.unwrap();
     assert!(page.contains("could not be reached"));
-    assert!(!page.contains("Connection refused"), "no internals in the page");
+    assert!(
+        !page.contains("Connection refused"),
+        "no internals in the page"
+    );
 }
 
 #[tokio::test]
@@ -411,8 +509,14 @@ async fn origin_connections_are_reused() {
     for _ in 0..20 {
         assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
     }
-    let opened = h.origin.connections.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(opened <= 2, "{opened} origin connections for 20 sequential requests");
+    let opened = h
+        .origin
+        .connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        opened <= 2,
+        "{opened} origin connections for 20 sequential requests"
+    );
 }
 
 #[tokio::test]
@@ -422,7 +526,18 @@ async fn queue_page_escapes_the_room_name() {
         c.rooms[0].state = waitroom::store::RoomState::Paused;
     })
     .await;
-    let page = h.bare().get(h.url("/")).send().await.unwrap().text().await.unwrap();
-    assert!(page.contains("&lt;b&gt;Drop&lt;&#x2f;b&gt; &amp; &quot;sale&quot;"), "{page}");
+    let page = h
+        .bare()
+        .get(h.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("&lt;b&gt;Drop&lt;&#x2f;b&gt; &amp; &quot;sale&quot;"),
+        "{page}"
+    );
     assert!(!page.contains("<b>Drop"));
 }

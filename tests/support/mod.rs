@@ -89,7 +89,10 @@ impl Harness {
         Self::start_with_store(tweak, None).await
     }
 
-    pub async fn start_with_store(tweak: impl FnOnce(&mut Config), store: Option<SharedStore>) -> Self {
+    pub async fn start_with_store(
+        tweak: impl FnOnce(&mut Config),
+        store: Option<SharedStore>,
+    ) -> Self {
         let origin = origin::Origin::start().await;
         let mut cfg = config(origin.addr);
         tweak(&mut cfg);
@@ -103,7 +106,11 @@ impl Harness {
         )
         .await
         .expect("daemon starts");
-        Self { daemon, clock, origin }
+        Self {
+            daemon,
+            clock,
+            origin,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -42,24 +42,34 @@ impl Origin {
         let counter = connections.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 counter.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
-                    let svc = service_fn(|req| async move { Ok::<_, Infallible>(handle(req).await) });
+                    let svc =
+                        service_fn(|req| async move { Ok::<_, Infallible>(handle(req).await) });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                         .await;
                 });
             }
         });
-        Self { addr, connections, task }
+        Self {
+            addr,
+            connections,
+            task,
+        }
     }
 }
 
 fn query_u64(req: &Request<Incoming>, key: &str) -> u64 {
     req.uri()
         .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix(&format!("{key}="))))
+        .and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
@@ -84,7 +94,10 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
                         return None;
                     }
                     let n = (total - sent).min(chunk.len() as u64) as usize;
-                    Some((Ok::<_, Infallible>(Frame::data(chunk.slice(..n))), sent + n as u64))
+                    Some((
+                        Ok::<_, Infallible>(Frame::data(chunk.slice(..n))),
+                        sent + n as u64,
+                    ))
                 }
             });
             reply(StatusCode::OK, boxed(StreamBody::new(stream)))
@@ -106,7 +119,8 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
         }
         "/revoke" => {
             let mut resp = reply(StatusCode::OK, full("thanks for your order"));
-            resp.headers_mut().insert("x-waitroom-command", "revoke".parse().unwrap());
+            resp.headers_mut()
+                .insert("x-waitroom-command", "revoke".parse().unwrap());
             resp
         }
         "/hop" => {
@@ -118,17 +132,18 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
             resp
         }
         "/ws" => {
-            let key = req
-                .headers()
-                .get("sec-websocket-key")
-                .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()));
+            let key = req.headers().get("sec-websocket-key").map(|k| {
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes())
+            });
             let Some(accept) = key else {
                 return reply(StatusCode::BAD_REQUEST, full("not a websocket"));
             };
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(upgraded) = upgrade.await else { return };
-                let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+                let mut ws =
+                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
+                        .await;
                 while let Some(Ok(msg)) = ws.next().await {
                     if msg.is_text() || msg.is_binary() {
                         if ws.send(msg).await.is_err() {
@@ -159,7 +174,8 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
                 "headers": headers,
             });
             let mut resp = reply(StatusCode::OK, full(echo.to_string()));
-            resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            resp.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
             resp
         }
     }
