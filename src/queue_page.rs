@@ -123,7 +123,9 @@ impl QueueView {
         let updated = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now_ms);
         let iso = humantime::format_rfc3339_seconds(updated).to_string();
         let behind = status.queue_length.saturating_sub(status.position) + 1;
-        let progress = (behind * 100).checked_div(status.queue_length).unwrap_or(100);
+        let progress = (behind * 100)
+            .checked_div(status.queue_length)
+            .unwrap_or(100);
         Self {
             room_id: status.room.clone(),
             room_name: room_name.to_owned(),

@@ -64,7 +64,11 @@ async fn admitted_visitor_is_forwarded_with_visitor_id_and_without_our_cookie() 
 
 #[tokio::test]
 async fn visitors_over_the_limit_queue_in_order_and_are_admitted_as_room_frees() {
-    let h = Harness::start(|c| c.rooms[0].total_active_users = 3).await;
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 3;
+        c.rooms[0].abandon_after = Duration::from_secs(120);
+    })
+    .await;
     let admitted: Vec<_> = (0..3).map(|_| h.visitor()).collect();
     for v in &admitted {
         assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
@@ -151,7 +155,7 @@ async fn json_clients_get_the_status_fields_exactly() {
 
 #[tokio::test]
 async fn every_bad_cookie_is_a_new_visitor() {
-    let h = Harness::start(|_| {}).await;
+    let h = Harness::start(|c| c.rooms[0].total_active_users = 100).await;
     let ring = KeyRing::new(&[Secret32(KEY)]);
     let admitted = |expires_ms| Ticket {
         visitor: VisitorId([1; 16]),

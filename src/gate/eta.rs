@@ -17,16 +17,10 @@ pub struct RateTracker {
 
 impl RateTracker {
     /// Folds in a fresh reading of the room's figures.
-    pub fn observe(&self, stats: &RoomStats, now_ms: u64) {
-        let sample = match stats.oldest_admission_ms {
-            Some(oldest) if stats.admitted_last_minute > 0 => {
-                // Over a full window when the room is old enough; a young room
-                // is measured over the time it has actually been admitting.
-                let span_ms = now_ms.saturating_sub(oldest).clamp(5_000, RATE_WINDOW_MS);
-                stats.admitted_last_minute as f64 * 1000.0 / span_ms as f64
-            }
-            _ => 0.0,
-        };
+    pub fn observe(&self, stats: &RoomStats) {
+        // Always over the full window: a young room's first burst (filling
+        // empty capacity) says nothing about how fast the queue will move.
+        let sample = stats.admitted_last_minute as f64 * 1000.0 / RATE_WINDOW_MS as f64;
         let mut rate = self.per_second.lock().unwrap_or_else(|p| p.into_inner());
         *rate = Some(match *rate {
             Some(old) => old + SMOOTHING * (sample - old),
@@ -45,7 +39,11 @@ impl RateTracker {
         if position == 0 {
             return 0;
         }
-        match self.observed().or_else(|| configured_rate(policy)) {
+        // The rate limit is a hard ceiling on how fast anyone gets in.
+        let ceiling =
+            (policy.new_users_per_minute > 0).then(|| policy.new_users_per_minute as f64 / 60.0);
+        let observed = self.observed().map(|r| ceiling.map_or(r, |c| r.min(c)));
+        match observed.or_else(|| configured_rate(policy)) {
             Some(rate) => (position as f64 / rate).ceil() as u64,
             None => 0,
         }

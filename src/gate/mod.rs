@@ -113,7 +113,7 @@ impl Gate {
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
             match self.bounded(self.store.stats(&room.policy, now)).await {
-                Ok(stats) => room.rate.observe(&stats, now),
+                Ok(stats) => room.rate.observe(&stats),
                 Err(e) => {
                     tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable")
                 }

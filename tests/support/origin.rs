@@ -145,10 +145,8 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
                         .await;
                 while let Some(Ok(msg)) = ws.next().await {
-                    if msg.is_text() || msg.is_binary() {
-                        if ws.send(msg).await.is_err() {
-                            break;
-                        }
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                        break;
                     }
                 }
             });
