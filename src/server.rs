@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -25,8 +26,12 @@ use crate::gate::{self, Gate, GateError};
 use crate::store::memory::MemoryStore;
 use crate::store::SharedStore;
 
-/// How often each instance refreshes its rooms' figures (ETA rate).
-const ROOM_REFRESH: Duration = Duration::from_secs(2);
+/// How often each instance reads operators' runtime room changes from the
+/// store (so every instance applies a change within a second).
+const OVERRIDES_REFRESH: Duration = Duration::from_millis(500);
+/// How often each instance refreshes its rooms' figures (ETA rate), in
+/// `OVERRIDES_REFRESH` ticks.
+const FIGURES_EVERY: u32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -48,11 +53,15 @@ pub struct Deps {
     pub clock: Option<SharedClock>,
 }
 
+/// The gate in force; a config reload swaps in a new one while requests in
+/// flight finish on the old.
+pub type SharedGate = Arc<ArcSwap<Gate>>;
+
 /// A running daemon: its bound addresses, and the way to stop it.
 pub struct Daemon {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
-    pub gate: Arc<Gate>,
+    gates: SharedGate,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -66,7 +75,7 @@ impl Daemon {
             Some(s) => s,
             None => open_store(config).await?,
         };
-        let gate = Arc::new(Gate::new(config, store, clock)?);
+        let gates: SharedGate = Arc::new(ArcSwap::from_pointee(Gate::new(config, store, clock)?));
         let listener = bind(config.server.listen).await?;
         let admin_listener = bind(config.server.admin_listen).await?;
         let addr = local_addr(&listener, config.server.listen);
@@ -74,14 +83,14 @@ impl Daemon {
         let (stop, stopped) = watch::channel(false);
 
         let limits = Limits::from(config);
-        let visitor_gate = gate.clone();
+        let visitor_gates = gates.clone();
         let visitor_service = move |req: Request<Incoming>, peer: SocketAddr| {
-            let gate = visitor_gate.clone();
+            let gate = visitor_gates.load_full();
             async move { gate.handle(req, peer).await }
         };
-        let admin_gate = gate.clone();
+        let admin_gates = gates.clone();
         let admin_service = move |req: Request<Incoming>, _peer: SocketAddr| {
-            let gate = admin_gate.clone();
+            let gate = admin_gates.load_full();
             async move { admin(&gate, req).await }
         };
         let tasks = vec![
@@ -97,16 +106,34 @@ impl Daemon {
                 limits,
                 stopped.clone(),
             )),
-            tokio::spawn(refresh_rooms(gate.clone(), stopped)),
+            tokio::spawn(refresh_rooms(gates.clone(), stopped)),
         ];
-        tracing::info!(%addr, %admin_addr, rooms = gate.rooms.all().len(), "waitroom listening");
+        let rooms = gates.load().rooms.all().len();
+        tracing::info!(%addr, %admin_addr, rooms, "waitroom listening");
         Ok(Self {
             addr,
             admin_addr,
-            gate,
+            gates,
             stop,
             tasks,
         })
+    }
+
+    /// The gate in force now.
+    pub fn gate(&self) -> Arc<Gate> {
+        self.gates.load_full()
+    }
+
+    /// Applies a new configuration without dropping connections: rooms are
+    /// added, changed and removed; requests in flight finish on the old
+    /// rooms. Listener addresses and the store backend need a restart.
+    pub async fn reload(&self, config: &Config) -> Result<(), StartError> {
+        let current = self.gate();
+        let next = Gate::new(config, current.store.clone(), current.clock.clone())?;
+        next.refresh_overrides().await;
+        self.gates.store(Arc::new(next));
+        tracing::info!(rooms = config.rooms.len(), "configuration reloaded");
+        Ok(())
     }
 
     /// Stops accepting, drains in-flight requests (up to the drain timeout),
@@ -237,15 +264,20 @@ async fn serve<S, F>(
     }
 }
 
-/// Keeps each room's observed admission rate fresh for the ETA.
-async fn refresh_rooms(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(ROOM_REFRESH);
-    loop {
+/// Keeps each room's runtime settings and observed admission rate fresh.
+async fn refresh_rooms(gates: SharedGate, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(OVERRIDES_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0u32.. {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        gate.refresh_room_figures().await;
+        let gate = gates.load_full();
+        gate.refresh_overrides().await;
+        if n % FIGURES_EVERY == 0 {
+            gate.refresh_room_figures().await;
+        }
     }
 }
 

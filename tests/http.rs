@@ -246,13 +246,7 @@ async fn four_hundred_concurrent_newcomers_at_a_limit_of_fifty_admit_exactly_fif
     assert_eq!(admitted, 50);
     positions.sort_unstable();
     assert_eq!(positions, (1..=350).collect::<Vec<_>>());
-    let stats = h
-        .daemon
-        .gate
-        .store
-        .stats(&h.daemon.gate.rooms.all()[0].policy, T0)
-        .await
-        .unwrap();
+    let stats = h.store().stats(&h.policy(), T0).await.unwrap();
     assert_eq!((stats.active, stats.queued), (50, 350));
 }
 
@@ -284,8 +278,8 @@ async fn a_session_the_store_forgot_is_a_new_visitor_at_the_next_check_in() {
     let echo: serde_json::Value = resp.json().await.unwrap();
     let id =
         VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
-    let policy = h.daemon.gate.rooms.all()[0].policy.clone();
-    assert!(h.daemon.gate.store.release(&policy, id, T0).await.unwrap());
+    let policy = h.policy();
+    assert!(h.store().release(&policy, id, T0).await.unwrap());
     // Before the check-in is due the ticket is trusted without a store trip.
     let resp = v.get(h.url("/")).send().await.unwrap();
     assert!(from_origin(&resp));

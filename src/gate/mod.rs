@@ -112,10 +112,24 @@ impl Gate {
     pub async fn refresh_room_figures(&self) {
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
-            match self.bounded(self.store.stats(&room.policy, now)).await {
+            match self.bounded(self.store.stats(&room.policy(), now)).await {
                 Ok(stats) => room.rate.observe(&stats),
                 Err(e) => {
                     tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable")
+                }
+            }
+        }
+    }
+
+    /// Reads the operators' runtime changes for every room and applies them.
+    pub async fn refresh_overrides(&self) {
+        for room in self.rooms.all() {
+            match self.bounded(self.store.overrides(&room.config.id)).await {
+                Ok(o) => {
+                    room.apply_overrides(o.as_ref());
+                }
+                Err(e) => {
+                    tracing::debug!(room = %room.config.id, error = %e, "room overrides unavailable")
                 }
             }
         }
@@ -125,7 +139,7 @@ impl Gate {
     pub async fn store_ready(&self) -> bool {
         match self.rooms.all().first() {
             Some(room) => self
-                .bounded(self.store.stats(&room.policy, self.clock.now_ms()))
+                .bounded(self.store.stats(&room.policy(), self.clock.now_ms()))
                 .await
                 .is_ok(),
             None => true,
@@ -209,7 +223,7 @@ impl Gate {
                     });
                 }
                 match self
-                    .bounded(self.store.check_in(&room.policy, visitor, now))
+                    .bounded(self.store.check_in(&room.policy(), visitor, now))
                     .await?
                 {
                     Some(expires) => Ok(Decision::Forward {
@@ -226,7 +240,7 @@ impl Gate {
                 ..
             }) => {
                 let verdict = self
-                    .bounded(self.store.poll(&room.policy, visitor, seq, now))
+                    .bounded(self.store.poll(&room.policy(), visitor, seq, now))
                     .await?;
                 Ok(self.verdict(room, visitor, verdict, now))
             }
@@ -237,7 +251,7 @@ impl Gate {
     async fn arrive(&self, room: &Room, now: u64) -> Result<Decision, StoreError> {
         let visitor = VisitorId::random();
         let verdict = self
-            .bounded(self.store.arrive(&room.policy, visitor, now))
+            .bounded(self.store.arrive(&room.policy(), visitor, now))
             .await?;
         Ok(self.verdict(room, visitor, verdict, now))
     }
@@ -253,7 +267,7 @@ impl Gate {
                 ticket: Ticket {
                     visitor,
                     grant: Grant::Queued { seq: place.seq },
-                    expires_ms: now + room.policy.abandon_after_ms,
+                    expires_ms: now + room.policy().abandon_after_ms,
                 },
             },
             Verdict::Rejected(reason) => Decision::Rejected(reason),
@@ -342,7 +356,7 @@ impl Gate {
             {
                 let now = self.clock.now_ms();
                 if let Err(e) = self
-                    .bounded(self.store.release(&room.policy, visitor, now))
+                    .bounded(self.store.release(&room.policy(), visitor, now))
                     .await
                 {
                     tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded");
@@ -399,7 +413,7 @@ impl Gate {
                 ..
             }) => {
                 match self
-                    .bounded(self.store.poll(&room.policy, visitor, seq, now))
+                    .bounded(self.store.poll(&room.policy(), visitor, seq, now))
                     .await
                 {
                     Ok(verdict) => match self.verdict(&room, visitor, verdict, now) {
@@ -436,7 +450,7 @@ impl Gate {
             state,
             position,
             queue_length,
-            eta_seconds: room.rate.eta_seconds(position, &room.policy),
+            eta_seconds: room.rate.eta_seconds(position, &room.policy()),
             refresh_seconds: room.config.refresh_interval.as_secs().max(1),
         }
     }

@@ -4,19 +4,27 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use http::HeaderMap;
+use sha2::{Digest, Sha256};
 
 use crate::config::RoomConfig;
 use crate::proxy::headers::COOKIE_PREFIX;
 use crate::queue_page::Template;
-use crate::store::RoomPolicy;
+use crate::store::{RoomOverrides, RoomPolicy};
 
 use super::eta::RateTracker;
 
 /// One room, ready to serve.
 pub struct Room {
     pub config: RoomConfig,
-    pub policy: RoomPolicy,
+    /// The policy the config file gives.
+    base_policy: RoomPolicy,
+    /// The policy in force: the base with the operator's runtime overrides.
+    policy: ArcSwap<RoomPolicy>,
+    /// Identifies this room's configuration, so overrides made against an
+    /// older config file are dropped once the file changes the room.
+    pub fingerprint: u64,
     /// `waitroom_<id>`.
     pub cookie_name: String,
     pub check_in_interval_ms: u64,
@@ -27,14 +35,45 @@ pub struct Room {
 
 impl Room {
     pub fn new(config: RoomConfig, template: Template) -> Self {
+        let base_policy = config.policy();
         Self {
-            policy: config.policy(),
+            fingerprint: fingerprint(&base_policy),
+            policy: ArcSwap::from_pointee(base_policy.clone()),
+            base_policy,
             cookie_name: format!("{COOKIE_PREFIX}{}", config.id),
             check_in_interval_ms: config.check_in_interval().as_millis() as u64,
             template,
             rate: RateTracker::default(),
             config,
         }
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<RoomPolicy> {
+        self.policy.load_full()
+    }
+
+    /// Applies the operator's runtime changes (or drops them when they were
+    /// made against another config). Returns true if the policy changed.
+    pub fn apply_overrides(&self, overrides: Option<&RoomOverrides>) -> bool {
+        let next = match overrides {
+            Some(o) if o.config_fingerprint == self.fingerprint => o.apply(&self.base_policy),
+            _ => self.base_policy.clone(),
+        };
+        if *self.policy.load_full() == next {
+            return false;
+        }
+        tracing::info!(
+            room = %self.config.id,
+            state = ?next.state,
+            method = ?next.method,
+            total_active_users = next.total_active_users,
+            new_users_per_minute = next.new_users_per_minute,
+            session_duration_ms = next.session_duration_ms,
+            "room settings changed"
+        );
+        self.policy.store(Arc::new(next));
+        true
     }
 
     /// Whether this request skips the waiting room (SPEC §4 step 3).
@@ -48,6 +87,27 @@ impl Room {
                     .is_some_and(|v| constant_time_eq(v.as_bytes(), secret.0.as_bytes()))
             })
     }
+}
+
+/// A stable digest of the limits a config file gives a room.
+fn fingerprint(p: &RoomPolicy) -> u64 {
+    let canonical = format!(
+        "{}|{}|{}|{}|{}|{:?}|{}|{}|{}|{:?}",
+        p.room,
+        p.total_active_users,
+        p.new_users_per_minute,
+        p.session_duration_ms,
+        p.session_renewal,
+        p.method,
+        p.max_queue_length,
+        p.abandon_after_ms,
+        p.arrival_grace_ms,
+        p.state
+    );
+    let digest = Sha256::digest(canonical.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// Compares secrets without an early exit that leaks how much matched.

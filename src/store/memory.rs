@@ -37,8 +37,8 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    next_seq, QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, RoomStats,
-    RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+    next_seq, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
+    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use crate::clock::Millis;
 
@@ -49,6 +49,8 @@ pub struct MemoryStore {
     /// bounded by the configuration, and dropping one could lose an operation
     /// that raced with the drop.
     rooms: RwLock<HashMap<Arc<str>, Arc<Mutex<Room>>>>,
+    /// Operators' runtime changes, by room id.
+    overrides: Mutex<HashMap<String, RoomOverrides>>,
 }
 
 impl MemoryStore {
@@ -159,6 +161,30 @@ impl Store for MemoryStore {
 
     async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError> {
         self.with_room(room, |r| *r = Room::new());
+        Ok(())
+    }
+
+    async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+        let all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(all.get(room).cloned())
+    }
+
+    async fn set_overrides(
+        &self,
+        room: &str,
+        overrides: Option<&RoomOverrides>,
+    ) -> Result<(), StoreError> {
+        let mut all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match overrides {
+            Some(o) => all.insert(room.to_owned(), o.clone()),
+            None => all.remove(room),
+        };
         Ok(())
     }
 }

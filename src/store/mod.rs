@@ -204,6 +204,48 @@ pub struct RoomTotals {
     pub abandoned: u64,
 }
 
+/// Runtime changes an operator made to a room through the admin API. Kept in
+/// the store so every instance applies them and they survive restarts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_active_users: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_users_per_minute: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_duration_ms: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queueing_method: Option<QueueingMethod>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<RoomState>,
+    /// Fingerprint of the room's configuration when the changes were made:
+    /// once the config file changes the room, the file wins again.
+    pub config_fingerprint: u64,
+}
+
+impl RoomOverrides {
+    /// `base` with these changes applied.
+    pub fn apply(&self, base: &RoomPolicy) -> RoomPolicy {
+        let mut p = base.clone();
+        if let Some(v) = self.total_active_users {
+            p.total_active_users = v;
+        }
+        if let Some(v) = self.new_users_per_minute {
+            p.new_users_per_minute = v;
+        }
+        if let Some(v) = self.session_duration_ms {
+            p.session_duration_ms = v;
+        }
+        if let Some(v) = self.queueing_method {
+            p.method = v;
+        }
+        if let Some(v) = self.state {
+            p.state = v;
+        }
+        p
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store timed out")]
@@ -261,8 +303,18 @@ pub trait Store: Send + Sync + 'static {
     /// Cumulative counts since the room was created or reset.
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError>;
 
-    /// Empties the room: no sessions, no queue, no rate history.
+    /// Empties the room: no sessions, no queue, no rate history. Overrides stay.
     async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError>;
+
+    /// The operator's runtime changes to a room, if any.
+    async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
+
+    /// Replaces (or, with `None`, clears) the room's runtime changes.
+    async fn set_overrides(
+        &self,
+        room: &str,
+        overrides: Option<&RoomOverrides>,
+    ) -> Result<(), StoreError>;
 }
 
 /// A shared handle to the daemon's store.

@@ -51,6 +51,16 @@ impl super::Store for RedisStore {
     async fn totals(&self, _: &super::RoomPolicy) -> Result<super::RoomTotals, super::StoreError> {
         unimplemented!()
     }
+    async fn overrides(&self, _: &str) -> Result<Option<super::RoomOverrides>, super::StoreError> {
+        unimplemented!()
+    }
+    async fn set_overrides(
+        &self,
+        _: &str,
+        _: Option<&super::RoomOverrides>,
+    ) -> Result<(), super::StoreError> {
+        unimplemented!()
+    }
     async fn reset(&self, _: &super::RoomPolicy) -> Result<(), super::StoreError> {
         unimplemented!()
     }

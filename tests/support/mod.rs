@@ -117,6 +117,16 @@ impl Harness {
         format!("http://{}{}", self.daemon.addr, path)
     }
 
+    /// The daemon's store.
+    pub fn store(&self) -> SharedStore {
+        self.daemon.gate().store.clone()
+    }
+
+    /// The policy in force for the first room.
+    pub fn policy(&self) -> waitroom::store::RoomPolicy {
+        (*self.daemon.gate().rooms.all()[0].policy()).clone()
+    }
+
     /// A client that keeps its own cookies, like one browser.
     pub fn visitor(&self) -> reqwest::Client {
         reqwest::Client::builder()
