@@ -86,6 +86,9 @@ impl Gate {
     pub fn new(config: &Config, store: SharedStore, clock: SharedClock) -> Result<Self, GateError> {
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
+            if !room.events.is_empty() {
+                tracing::warn!(room = %room.id, "[[room.event]] is validated but not applied yet: the room's own limits stay in force");
+            }
             let template = match &room.template {
                 Some(path) => Template::load(path)?,
                 None => Template::builtin(),
