@@ -13,11 +13,12 @@
 //!   an unlimited room admitting thousands per second stays small;
 //! * the queue: an order-statistics tree (a treap with subtree sizes) keyed by
 //!   `(seq, visitor)`, so a position is O(log n) even for a million waiters
-//!   and a `seq` put back from a ticket (I5) may land anywhere, plus a map
-//!   visitor -> node and an index by last-poll time for abandonment.
+//!   and a `seq` put back from a ticket (I5) may land anywhere; the same
+//!   entries are threaded on a list by last poll, so a poll is O(1) and
+//!   abandonment pops from the old end; plus a map visitor -> entry.
 //!
-//! Choices the `Store` contract leaves open, made the same way in the Redis
-//! backend's scripts:
+//! Choices the `Store` contract leaves open (the Redis backend should make
+//! the same ones; the conformance suite pins those it can observe):
 //!
 //! * `passthrough` never promotes in bulk: a queued visitor left over from
 //!   another method is admitted when it next polls.
@@ -30,6 +31,7 @@
 //!   totals (the visitor was counted when it first queued).
 //! * `totals.rejected` counts arrivals turned away, not polls told `closed`.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -41,6 +43,10 @@ use super::{
     RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use crate::clock::Millis;
+
+/// Above this many slots, a table that empties is given back to the
+/// allocator (below it, keeping it saves reallocating for the next visitor).
+const SPIKE: usize = 4096;
 
 /// The in-process store. Cheap to share behind an `Arc`.
 #[derive(Default)]
@@ -240,9 +246,9 @@ impl Room {
             let node = match p.method {
                 QueueingMethod::Random => {
                     let k = rand::thread_rng().gen_range(0..self.queue.len());
-                    self.queue.order.select(k)
+                    self.queue.entries.select(k)
                 }
-                _ => self.queue.order.select(0),
+                _ => self.queue.entries.select(0),
             };
             let visitor = self.queue.remove(node);
             self.admit(visitor, expires, now);
@@ -412,8 +418,7 @@ impl Sessions {
             self.by_expiry.pop_first();
             self.expiry.remove(&visitor);
         }
-        if self.expiry.is_empty() {
-            // Give back what a spike grew.
+        if self.expiry.is_empty() && self.expiry.capacity() > SPIKE {
             self.expiry.shrink_to_fit();
         }
     }
@@ -483,24 +488,22 @@ impl RateWindow {
     }
 }
 
-/// The waiting visitors: order, lookup by visitor, and age of last poll.
+/// The waiting visitors: their entries plus a lookup by visitor.
 struct Queue {
-    order: Treap,
+    entries: Entries,
     by_visitor: HashMap<VisitorId, Idx>,
-    by_last_poll: BTreeSet<(Millis, Idx)>,
 }
 
 impl Queue {
     fn new() -> Self {
         Self {
-            order: Treap::new(rand::random()),
+            entries: Entries::new(rand::random()),
             by_visitor: HashMap::new(),
-            by_last_poll: BTreeSet::new(),
         }
     }
 
     fn len(&self) -> u64 {
-        self.order.len() as u64
+        self.entries.len() as u64
     }
 
     fn find(&self, visitor: &VisitorId) -> Option<Idx> {
@@ -509,48 +512,38 @@ impl Queue {
 
     fn place(&self, node: Idx) -> QueuePlace {
         QueuePlace {
-            seq: self.order.key(node).seq,
-            position: self.order.rank(node) as u64 + 1,
+            seq: self.entries.key(node).seq,
+            position: self.entries.rank(node) as u64 + 1,
             queue_length: self.len(),
         }
     }
 
     fn insert(&mut self, seq: u64, visitor: VisitorId, now: Millis) -> Idx {
-        let node = self.order.insert(Key { seq, visitor }, now);
+        let node = self.entries.insert(Key { seq, visitor }, now);
         self.by_visitor.insert(visitor, node);
-        self.by_last_poll.insert((now, node));
         node
     }
 
     /// Removes an entry; returns its visitor.
     fn remove(&mut self, node: Idx) -> VisitorId {
-        let visitor = self.order.key(node).visitor;
-        self.by_last_poll
-            .remove(&(self.order.last_poll(node), node));
+        let visitor = self.entries.key(node).visitor;
         self.by_visitor.remove(&visitor);
-        self.order.remove(node);
-        if self.by_visitor.is_empty() {
+        self.entries.remove(node);
+        if self.by_visitor.is_empty() && self.by_visitor.capacity() > SPIKE {
             self.by_visitor.shrink_to_fit();
         }
         visitor
     }
 
     fn touch(&mut self, node: Idx, now: Millis) {
-        let old = self.order.last_poll(node);
-        // Never move a poll back in time: a caller with an older clock read
-        // must not make a live visitor look abandoned.
-        if now > old {
-            self.by_last_poll.remove(&(old, node));
-            self.by_last_poll.insert((now, node));
-            self.order.set_last_poll(node, now);
-        }
+        self.entries.touch(node, now);
     }
 
     /// Removes entries last polled before `cutoff`; returns how many.
     fn drop_polled_before(&mut self, cutoff: Millis) -> u64 {
         let mut dropped = 0;
-        while let Some(&(at, node)) = self.by_last_poll.first() {
-            if at >= cutoff {
+        while let Some(node) = self.entries.least_recently_polled() {
+            if self.entries.last_poll(node) >= cutoff {
                 break;
             }
             self.remove(node);
@@ -560,7 +553,7 @@ impl Queue {
     }
 }
 
-/// Index of a node in the treap's arena.
+/// Index of an entry in the queue's arena.
 type Idx = u32;
 const NIL: Idx = Idx::MAX;
 
@@ -572,36 +565,106 @@ struct Key {
     visitor: VisitorId,
 }
 
+/// What a search touches. Kept apart from `Cold` so that a million of them
+/// (24 MB) fit a server's last-level cache: a position in a queue of 1M
+/// then costs cache hits, not a DRAM miss per level.
 #[derive(Clone, Copy)]
 struct Node {
-    key: Key,
-    last_poll: Millis,
+    seq: u64,
     left: Idx,
     right: Idx,
     /// Nodes in this subtree, itself included: what makes rank and select
     /// O(depth).
     size: u32,
-    /// Heap priority; random, so the expected depth is O(log n).
-    prio: u32,
+    /// Nodes in the left subtree, so that a search turning right need not
+    /// read the left child (one cache miss fewer per level).
+    left_size: u32,
 }
 
-/// An order-statistics tree: a treap over an arena of nodes, with subtree
-/// sizes. Insert, remove, rank and select are O(log n) expected.
-struct Treap {
+/// What only the entry's owner reads (and a search on a `seq` tie).
+#[derive(Clone, Copy)]
+struct Cold {
+    visitor: VisitorId,
+    last_poll: Millis,
+    /// Neighbours in the list by last poll.
+    older: Idx,
+    newer: Idx,
+}
+
+/// The queue entries, in one arena threaded two ways: an order-statistics
+/// treap by key (insert, remove, rank, select in O(log n) expected) and a
+/// doubly linked list by last poll, oldest first. A poll moves its entry to
+/// the newest end, so polls cost O(1) and abandonment pops from the oldest
+/// end, with no separate index to keep in step.
+struct Entries {
     nodes: Vec<Node>,
+    /// Parallel to `nodes`.
+    cold: Vec<Cold>,
     free: Vec<Idx>,
     root: Idx,
-    /// splitmix64 state for priorities; they need to be spread, not secret.
-    rng: u64,
+    oldest: Idx,
+    newest: Idx,
+    /// Seeds the heap priorities; they need to be spread, not secret.
+    seed: u64,
 }
 
-impl Treap {
+impl Entries {
     fn new(seed: u64) -> Self {
         Self {
             nodes: Vec::new(),
+            cold: Vec::new(),
             free: Vec::new(),
             root: NIL,
-            rng: seed,
+            oldest: NIL,
+            newest: NIL,
+            seed,
+        }
+    }
+
+    fn least_recently_polled(&self) -> Option<Idx> {
+        (self.oldest != NIL).then_some(self.oldest)
+    }
+
+    /// Records a poll at `now`. Polls never move back in time: a caller
+    /// with an older clock read must not make a live visitor look abandoned.
+    fn touch(&mut self, t: Idx, now: Millis) {
+        if now > self.last_poll(t) {
+            self.unlink(t);
+            self.cold[t as usize].last_poll = now;
+            self.push_newest(t);
+        }
+    }
+
+    /// Puts `t` at the newest end. Its last poll is raised to the newest
+    /// one's if a caller's clock read lags another's by a few ms, which keeps
+    /// the list in order: abandonment may come those ms late, never early.
+    fn push_newest(&mut self, t: Idx) {
+        let newest = self.newest;
+        if newest != NIL {
+            let floor = self.last_poll(newest);
+            let c = &mut self.cold[t as usize];
+            c.last_poll = c.last_poll.max(floor);
+            self.cold[newest as usize].newer = t;
+        } else {
+            self.oldest = t;
+        }
+        let c = &mut self.cold[t as usize];
+        c.older = newest;
+        c.newer = NIL;
+        self.newest = t;
+    }
+
+    fn unlink(&mut self, t: Idx) {
+        let Cold { older, newer, .. } = self.cold[t as usize];
+        if older != NIL {
+            self.cold[older as usize].newer = newer;
+        } else {
+            self.oldest = newer;
+        }
+        if newer != NIL {
+            self.cold[newer as usize].older = older;
+        } else {
+            self.newest = older;
         }
     }
 
@@ -610,15 +673,21 @@ impl Treap {
     }
 
     fn key(&self, t: Idx) -> Key {
-        self.nodes[t as usize].key
+        Key {
+            seq: self.nodes[t as usize].seq,
+            visitor: self.cold[t as usize].visitor,
+        }
+    }
+
+    /// `key` against node `t`'s key, reading the visitor only on a tie.
+    fn cmp_at(&self, key: &Key, t: Idx) -> Ordering {
+        key.seq
+            .cmp(&self.nodes[t as usize].seq)
+            .then_with(|| key.visitor.cmp(&self.cold[t as usize].visitor))
     }
 
     fn last_poll(&self, t: Idx) -> Millis {
-        self.nodes[t as usize].last_poll
-    }
-
-    fn set_last_poll(&mut self, t: Idx, at: Millis) {
-        self.nodes[t as usize].last_poll = at;
+        self.cold[t as usize].last_poll
     }
 
     fn size(&self, t: Idx) -> u32 {
@@ -638,37 +707,50 @@ impl Treap {
     }
 
     fn fix_size(&mut self, t: Idx) {
-        let size = 1 + self.size(self.left(t)) + self.size(self.right(t));
-        self.nodes[t as usize].size = size;
+        let left_size = self.size(self.left(t));
+        let right_size = self.size(self.right(t));
+        let node = &mut self.nodes[t as usize];
+        node.left_size = left_size;
+        node.size = 1 + left_size + right_size;
     }
 
-    fn next_prio(&mut self) -> u32 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
+    /// A node's heap priority: a hash of its arena slot (splitmix64), which
+    /// is independent of its key and so as good as a stored random number,
+    /// without the 4 bytes per node.
+    fn prio(&self, t: Idx) -> u64 {
+        let mut z = self.seed ^ u64::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) as u32
+        z ^ (z >> 31)
     }
 
     fn insert(&mut self, key: Key, last_poll: Millis) -> Idx {
         let node = Node {
-            key,
-            last_poll,
+            seq: key.seq,
             left: NIL,
             right: NIL,
             size: 1,
-            prio: self.next_prio(),
+            left_size: 0,
+        };
+        let cold = Cold {
+            visitor: key.visitor,
+            last_poll,
+            older: NIL,
+            newer: NIL,
         };
         let t = match self.free.pop() {
             Some(t) => {
                 self.nodes[t as usize] = node;
+                self.cold[t as usize] = cold;
                 t
             }
             None => {
                 self.nodes.push(node);
+                self.cold.push(cold);
                 (self.nodes.len() - 1) as Idx
             }
         };
+        self.push_newest(t);
         let (l, r) = self.split(self.root, &key);
         let l = self.merge(l, t);
         self.root = self.merge(l, r);
@@ -677,11 +759,19 @@ impl Treap {
 
     fn remove(&mut self, t: Idx) {
         let key = self.key(t);
+        self.unlink(t);
         self.root = self.remove_below(self.root, &key);
         if self.root == NIL {
-            // Give back what a spike grew.
-            self.nodes = Vec::new();
-            self.free = Vec::new();
+            // Every slot is free: start the arena over, and give back what
+            // a spike grew.
+            self.free.clear();
+            self.nodes.clear();
+            self.cold.clear();
+            if self.nodes.capacity() > SPIKE {
+                self.nodes = Vec::new();
+                self.cold = Vec::new();
+                self.free = Vec::new();
+            }
         } else {
             self.free.push(t);
         }
@@ -691,15 +781,15 @@ impl Treap {
         if t == NIL {
             return NIL;
         }
-        match key.cmp(&self.key(t)) {
-            std::cmp::Ordering::Equal => self.merge(self.left(t), self.right(t)),
-            std::cmp::Ordering::Less => {
+        match self.cmp_at(key, t) {
+            Ordering::Equal => self.merge(self.left(t), self.right(t)),
+            Ordering::Less => {
                 let l = self.remove_below(self.left(t), key);
                 self.nodes[t as usize].left = l;
                 self.fix_size(t);
                 t
             }
-            std::cmp::Ordering::Greater => {
+            Ordering::Greater => {
                 let r = self.remove_below(self.right(t), key);
                 self.nodes[t as usize].right = r;
                 self.fix_size(t);
@@ -713,7 +803,7 @@ impl Treap {
         if t == NIL {
             return (NIL, NIL);
         }
-        if self.key(t) < *key {
+        if self.cmp_at(key, t) == Ordering::Greater {
             let (a, b) = self.split(self.right(t), key);
             self.nodes[t as usize].right = a;
             self.fix_size(t);
@@ -734,7 +824,7 @@ impl Treap {
         if b == NIL {
             return a;
         }
-        if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
+        if self.prio(a) > self.prio(b) {
             let m = self.merge(self.right(a), b);
             self.nodes[a as usize].right = m;
             self.fix_size(a);
@@ -753,11 +843,11 @@ impl Treap {
         let mut t = self.root;
         let mut below = 0;
         while t != NIL {
-            match key.cmp(&self.key(t)) {
-                std::cmp::Ordering::Less => t = self.left(t),
-                std::cmp::Ordering::Equal => return below + self.size(self.left(t)) as usize,
-                std::cmp::Ordering::Greater => {
-                    below += self.size(self.left(t)) as usize + 1;
+            match self.cmp_at(&key, t) {
+                Ordering::Less => t = self.left(t),
+                Ordering::Equal => return below + self.nodes[t as usize].left_size as usize,
+                Ordering::Greater => {
+                    below += self.nodes[t as usize].left_size as usize + 1;
                     t = self.right(t);
                 }
             }
@@ -769,7 +859,7 @@ impl Treap {
     fn select(&self, mut k: u64) -> Idx {
         let mut t = self.root;
         while t != NIL {
-            let left = self.size(self.left(t)) as u64;
+            let left = u64::from(self.nodes[t as usize].left_size);
             if k < left {
                 t = self.left(t);
             } else if k == left {
@@ -796,28 +886,48 @@ mod tests {
     }
 
     /// Checks sizes, key order and heap order; returns the subtree size.
-    fn check(t: &Treap, n: Idx, lo: Option<Key>, hi: Option<Key>) -> u32 {
+    fn check(t: &Entries, n: Idx, lo: Option<Key>, hi: Option<Key>) -> u32 {
         if n == NIL {
             return 0;
         }
         let node = t.nodes[n as usize];
-        assert!(lo.is_none_or(|lo| lo < node.key));
-        assert!(hi.is_none_or(|hi| node.key < hi));
+        let key = t.key(n);
+        assert!(lo.is_none_or(|lo| lo < key));
+        assert!(hi.is_none_or(|hi| key < hi));
         for c in [node.left, node.right] {
             if c != NIL {
-                assert!(t.nodes[c as usize].prio <= node.prio);
+                assert!(t.prio(c) <= t.prio(n));
             }
         }
-        let size =
-            1 + check(t, node.left, lo, Some(node.key)) + check(t, node.right, Some(node.key), hi);
+        assert_eq!(node.left_size, t.size(node.left));
+        let size = 1 + check(t, node.left, lo, Some(key)) + check(t, node.right, Some(key), hi);
         assert_eq!(size, node.size);
         size
+    }
+
+    /// The list by last poll links every entry once, both ways, in order.
+    fn check_poll_list(t: &Entries, len: usize) {
+        let mut seen = 0;
+        let mut prev = NIL;
+        let mut n = t.oldest;
+        while n != NIL {
+            let c = t.cold[n as usize];
+            assert_eq!(c.older, prev);
+            if prev != NIL {
+                assert!(t.last_poll(prev) <= c.last_poll);
+            }
+            prev = n;
+            n = c.newer;
+            seen += 1;
+        }
+        assert_eq!(t.newest, prev);
+        assert_eq!(seen, len);
     }
 
     #[test]
     fn treap_matches_a_sorted_vec() {
         let mut rng = StdRng::seed_from_u64(7);
-        let mut treap = Treap::new(1);
+        let mut treap = Entries::new(1);
         let mut model: Vec<(Key, Idx)> = Vec::new();
         for i in 0..20_000u64 {
             if model.is_empty() || rng.gen_bool(0.6) {
@@ -834,8 +944,14 @@ mod tests {
                 let (_, idx) = model.remove(at);
                 treap.remove(idx);
             }
+            if !model.is_empty() && rng.gen_bool(0.3) {
+                // Polls at a clock that mostly moves forward.
+                let (_, idx) = model[rng.gen_range(0..model.len())];
+                treap.touch(idx, i + rng.gen_range(0..3));
+            }
             if i % 997 == 0 {
                 check(&treap, treap.root, None, None);
+                check_poll_list(&treap, model.len());
             }
             assert_eq!(treap.len(), model.len());
             if !model.is_empty() {
@@ -845,11 +961,12 @@ mod tests {
             }
         }
         check(&treap, treap.root, None, None);
+        check_poll_list(&treap, model.len());
     }
 
     #[test]
     fn treap_depth_stays_logarithmic_for_increasing_keys() {
-        let mut treap = Treap::new(42);
+        let mut treap = Entries::new(42);
         for i in 0..100_000u64 {
             treap.insert(
                 Key {
@@ -859,7 +976,7 @@ mod tests {
                 0,
             );
         }
-        fn depth(t: &Treap, n: Idx) -> usize {
+        fn depth(t: &Entries, n: Idx) -> usize {
             if n == NIL {
                 0
             } else {
@@ -872,23 +989,24 @@ mod tests {
 
     #[test]
     fn arena_is_released_when_the_queue_empties() {
-        let mut treap = Treap::new(3);
-        let idx: Vec<Idx> = (0..1000)
-            .map(|i| {
-                treap.insert(
-                    Key {
-                        seq: i,
-                        visitor: vid(i),
-                    },
-                    0,
-                )
-            })
-            .collect();
+        let key = |i: u64| Key {
+            seq: i,
+            visitor: vid(i),
+        };
+        let mut treap = Entries::new(3);
+        let idx: Vec<Idx> = (0..10_000).map(|i| treap.insert(key(i), 0)).collect();
         for i in idx {
             treap.remove(i);
         }
         assert_eq!(treap.len(), 0);
         assert_eq!(treap.nodes.capacity(), 0);
+        assert_eq!(treap.cold.capacity(), 0);
+        // A small queue that empties keeps its arena for the next visitor.
+        let a = treap.insert(key(1), 0);
+        let cap = treap.nodes.capacity();
+        treap.remove(a);
+        assert_eq!((treap.nodes.len(), treap.nodes.capacity()), (0, cap));
+        assert_eq!(treap.insert(key(2), 0), 0, "slots restart at 0");
     }
 
     #[test]
