@@ -20,8 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
-    QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, RoomStats, RoomTotals,
-    SharedStore, Verdict, VisitorId,
+    QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats,
+    RoomTotals, SharedStore, Verdict, VisitorId,
 };
 
 /// A backend under test, with whatever keeps it alive.
@@ -65,6 +65,7 @@ macro_rules! store_conformance {
             random_method_admits_only_within_limits,
             stats_and_totals_report_exact_figures,
             arrive_and_poll_are_idempotent,
+            overrides_round_trip_per_room_and_survive_reset,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -1028,4 +1029,45 @@ pub async fn arrive_and_poll_are_idempotent(h: &Harness) {
     assert_eq!((polled.seq, polled.position), (first.seq, 1));
     let t = r.totals().await;
     assert_eq!((t.admitted, t.queued), (1, 1));
+}
+
+/// An operator's runtime changes: stored per room, replaced whole, cleared
+/// with `None`, and kept across a `reset` of the room's state.
+pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
+    let p = room("overrides");
+    let other = room("overrides");
+    let r = bind(h, p.clone());
+    let store = &h.store;
+    assert_eq!(store.overrides(&p.room).await.unwrap(), None);
+    let first = RoomOverrides {
+        total_active_users: Some(7),
+        state: Some(RoomState::Paused),
+        config_fingerprint: 0xfeed_beef_dead_cafe,
+        ..RoomOverrides::default()
+    };
+    store.set_overrides(&p.room, Some(&first)).await.unwrap();
+    assert_eq!(store.overrides(&p.room).await.unwrap(), Some(first.clone()));
+    assert_eq!(store.overrides(&other.room).await.unwrap(), None);
+
+    // Replaced whole, not merged.
+    let second = RoomOverrides {
+        new_users_per_minute: Some(120),
+        session_duration_ms: Some(90_000),
+        queueing_method: Some(QueueingMethod::Random),
+        config_fingerprint: u64::MAX,
+        ..RoomOverrides::default()
+    };
+    store.set_overrides(&p.room, Some(&second)).await.unwrap();
+    assert_eq!(
+        store.overrides(&p.room).await.unwrap(),
+        Some(second.clone())
+    );
+
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    r.reset().await;
+    assert_eq!(r.stats(T0).await, RoomStats::default());
+    assert_eq!(store.overrides(&p.room).await.unwrap(), Some(second));
+
+    store.set_overrides(&p.room, None).await.unwrap();
+    assert_eq!(store.overrides(&p.room).await.unwrap(), None);
 }
