@@ -226,7 +226,10 @@ impl Gate {
                     });
                 }
                 match self
-                    .bounded(self.store.check_in(&room.policy(), visitor, now))
+                    .bounded(
+                        self.store
+                            .check_in(&room.policy(), visitor, session_expires_ms, now),
+                    )
                     .await?
                 {
                     Some(expires) => Ok(Decision::Forward {

@@ -134,9 +134,12 @@ impl Store for MemoryStore {
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        ticket_expires_ms: Millis,
         now_ms: Millis,
     ) -> Result<Option<Millis>, StoreError> {
-        Ok(self.with_room(room, |r| r.check_in(room, visitor, now_ms)))
+        Ok(self.with_room(room, |r| {
+            r.check_in(room, visitor, ticket_expires_ms, now_ms)
+        }))
     }
 
     async fn release(
@@ -166,7 +169,15 @@ impl Store for MemoryStore {
     }
 
     async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError> {
-        self.with_room(room, |r| *r = Room::new());
+        self.with_room(room, |r| {
+            // Sessions ended by the reset must not come back at check-in.
+            let mut ended = std::mem::take(&mut r.ended);
+            for (visitor, expires) in r.sessions.expiry.drain() {
+                ended.set(visitor, expires);
+            }
+            *r = Room::new();
+            r.ended = ended;
+        });
         Ok(())
     }
 
@@ -198,6 +209,10 @@ impl Store for MemoryStore {
 /// One room's whole state.
 struct Room {
     sessions: Sessions,
+    /// Sessions released, revoked or reset, kept until they would have
+    /// expired so that a check-in with their ticket is refused (and not
+    /// mistaken for a session the store lost).
+    ended: Sessions,
     window: RateWindow,
     queue: Queue,
     /// The last `seq` handed out or put back (see `next_seq`).
@@ -209,6 +224,7 @@ impl Room {
     fn new() -> Self {
         Self {
             sessions: Sessions::default(),
+            ended: Sessions::default(),
             window: RateWindow::default(),
             queue: Queue::new(),
             last_seq: 0,
@@ -220,6 +236,7 @@ impl Room {
     /// operation does before deciding.
     fn housekeeping(&mut self, p: &RoomPolicy, now: Millis) {
         self.sessions.expire(now);
+        self.ended.expire(now);
         self.window.prune(now);
         if p.abandon_after_ms > 0 {
             let dropped = self
@@ -362,20 +379,35 @@ impl Room {
         }
     }
 
-    fn check_in(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> Option<Millis> {
+    fn check_in(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Option<Millis> {
         self.housekeeping(p, now);
-        let expires = self.sessions.get(&visitor)?;
-        if !p.session_renewal {
-            return Some(expires);
-        }
-        let renewed = expires.max(now + p.session_duration_ms);
+        let expires = match self.sessions.get(&visitor) {
+            Some(expires) => expires,
+            None if self.ended.get(&visitor).is_some() || ticket_expires <= now => return None,
+            // The store lost a live session (restart without persistence):
+            // the ticket proves the admission, so count it again.
+            None => ticket_expires,
+        };
+        let renewed = if p.session_renewal {
+            expires.max(now + p.session_duration_ms)
+        } else {
+            expires
+        };
         self.sessions.set(visitor, renewed);
         Some(renewed)
     }
 
     fn release(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> bool {
         self.housekeeping(p, now);
-        if self.sessions.remove(&visitor) {
+        if let Some(expires) = self.sessions.get(&visitor) {
+            self.sessions.remove(&visitor);
+            self.ended.set(visitor, expires);
             return true;
         }
         match self.queue.find(&visitor) {

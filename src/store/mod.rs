@@ -279,17 +279,24 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError>;
 
-    /// An admitted visitor checks in: `Some(expiry)` if the session is live
-    /// (extended to `now + session_duration` when renewal is on), `None` if the
-    /// store no longer knows it (revoked, released, expired).
+    /// An admitted visitor checks in with the session expiry its ticket
+    /// carries. Returns the session's expiry (extended to `now +
+    /// session_duration` when renewal is on; never shortened) or `None` if
+    /// the session was ended (released, revoked, reset) or has expired. A
+    /// live ticket whose session the store does not know at all (the store
+    /// lost its data) re-creates the session: the visitor keeps it and is
+    /// counted again.
     async fn check_in(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        ticket_expires_ms: Millis,
         now_ms: Millis,
     ) -> Result<Option<Millis>, StoreError>;
 
-    /// Ends a visitor's session (or queue place). True if there was one.
+    /// Ends a visitor's session (or queue place). True if there was one. An
+    /// ended session is remembered until it would have expired, so its
+    /// ticket cannot re-create it at check-in.
     async fn release(
         &self,
         room: &RoomPolicy,
@@ -303,7 +310,9 @@ pub trait Store: Send + Sync + 'static {
     /// Cumulative counts since the room was created or reset.
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError>;
 
-    /// Empties the room: no sessions, no queue, no rate history. Overrides stay.
+    /// Empties the room: no sessions (they are ended, as by `release`), no
+    /// queue, no rate history. Overrides stay. Visitors who keep polling with
+    /// a queue ticket are put back at their place (I5).
     async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError>;
 
     /// The operator's runtime changes to a room, if any.

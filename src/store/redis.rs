@@ -30,6 +30,7 @@ impl super::Store for RedisStore {
         _: &super::RoomPolicy,
         _: super::VisitorId,
         _: u64,
+        _: u64,
     ) -> Result<Option<u64>, super::StoreError> {
         unimplemented!()
     }

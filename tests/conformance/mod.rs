@@ -54,6 +54,7 @@ macro_rules! store_conformance {
             session_renewal_on_extends,
             session_renewal_off_keeps_expiry,
             check_in_of_unknown_released_or_expired_is_none,
+            lost_sessions_come_back_at_check_in_but_ended_ones_do_not,
             newcomers_never_jump_the_queue,
             max_queue_length_rejects_when_full,
             passthrough_counts_and_never_refuses,
@@ -139,8 +140,23 @@ impl Room<'_> {
     async fn poll(&self, v: VisitorId, seq: u64, now: Millis) -> Verdict {
         self.h.store.poll(&self.p, v, seq, now).await.unwrap()
     }
+    /// A check-in whose ticket claims nothing beyond `now` (so a session
+    /// the store does not know is not re-created).
     async fn check_in(&self, v: VisitorId, now: Millis) -> Option<Millis> {
-        self.h.store.check_in(&self.p, v, now).await.unwrap()
+        self.check_in_with(v, now, now).await
+    }
+    /// A check-in with a ticket that says the session lives until `ticket_expires`.
+    async fn check_in_with(
+        &self,
+        v: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Option<Millis> {
+        self.h
+            .store
+            .check_in(&self.p, v, ticket_expires, now)
+            .await
+            .unwrap()
     }
     async fn release(&self, v: VisitorId, now: Millis) -> bool {
         self.h.store.release(&self.p, v, now).await.unwrap()
@@ -704,6 +720,55 @@ pub async fn check_in_of_unknown_released_or_expired_is_none(h: &Harness) {
     let waiting = VisitorId::random();
     queued(r.arrive(waiting, T0 + SESSION).await);
     assert_eq!(r.check_in(waiting, T0 + SESSION).await, None);
+}
+
+/// I5 for admitted visitors: a live ticket whose session the store lost is
+/// counted again at check-in; a session that was ended (release, revoke,
+/// reset) or has expired stays ended.
+pub async fn lost_sessions_come_back_at_check_in_but_ended_ones_do_not(h: &Harness) {
+    let mut p = room("lost-sessions");
+    p.total_active_users = 5;
+    let r = bind(h, p.clone());
+    let lost = VisitorId::random();
+    let ticket = T0 + SESSION / 2;
+    // Renewal on: the re-created session slides from now.
+    assert_eq!(r.check_in_with(lost, ticket, T0).await, Some(T0 + SESSION));
+    assert_eq!(r.stats(T0).await.active, 1, "counted again");
+    assert_eq!(
+        r.check_in_with(lost, ticket, T0 + 1).await,
+        Some(T0 + 1 + SESSION)
+    );
+
+    let released = VisitorId::random();
+    admitted(r.arrive(released, T0).await);
+    assert!(r.release(released, T0 + 1).await);
+    assert_eq!(r.check_in_with(released, T0 + SESSION, T0 + 2).await, None);
+
+    let reset = VisitorId::random();
+    admitted(r.arrive(reset, T0).await);
+    h.store.reset(&p).await.unwrap();
+    assert_eq!(r.check_in_with(reset, T0 + SESSION, T0 + 2).await, None);
+    assert_eq!(
+        r.check_in_with(lost, T0 + SESSION, T0 + 2).await,
+        None,
+        "reset ends every session"
+    );
+    assert_eq!(r.stats(T0 + 2).await.active, 0);
+
+    // An expired ticket never re-creates anything.
+    assert_eq!(
+        r.check_in_with(VisitorId::random(), T0 + 2, T0 + 2).await,
+        None
+    );
+
+    // Renewal off: the re-created session keeps the ticket's expiry.
+    let mut fixed = room("lost-sessions-fixed");
+    fixed.session_renewal = false;
+    let r = bind(h, fixed);
+    let v = VisitorId::random();
+    assert_eq!(r.check_in_with(v, T0 + 1000, T0).await, Some(T0 + 1000));
+    assert_eq!(r.stats(T0).await.active, 1);
+    assert_eq!(r.stats(T0 + 1000).await.active, 0);
 }
 
 /// I3 for newcomers: while anyone waits, a newcomer goes to the back, even
