@@ -471,6 +471,10 @@ const BAD: &[(&str, &str)] = &[
         "room[0].session_duration (line 10, column 20): must be at least 1s, got \"0s\"",
     ),
     (
+        "zero_store_instances",
+        "store.instances (line 2, column 13): must be at least 1, got 0",
+    ),
+    (
         "zero_store_timeout",
         "store.timeout (line 3, column 11): must be longer than 0, got \"0ms\"",
     ),

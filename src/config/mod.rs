@@ -69,6 +69,9 @@ pub struct StoreConfig {
     /// Longest a request waits for the store.
     pub timeout: Duration,
     pub fail_mode: FailMode,
+    /// Instances sharing the store; in `local` fail mode each enforces
+    /// `1/instances` of every limit.
+    pub instances: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

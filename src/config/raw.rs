@@ -275,6 +275,9 @@ struct RawStore {
     password_env: Option<String>,
     timeout: Option<RawDuration>,
     fail_mode: Option<RawFailMode>,
+    /// How many instances share the store: with `fail_mode = "local"` each
+    /// enforces 1/instances of every limit while the store is away.
+    instances: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -859,10 +862,15 @@ impl Checker<'_, '_> {
             Some(RawFailMode::Closed) => FailMode::Closed,
             Some(RawFailMode::Local) => FailMode::Local,
         };
+        let instances = raw.instances.unwrap_or(1);
+        if instances == 0 {
+            self.fail(&p.key("instances"), "must be at least 1, got 0");
+        }
         StoreConfig {
             backend,
             timeout,
             fail_mode,
+            instances: instances.max(1),
         }
     }
 

@@ -18,9 +18,9 @@ pub mod eta;
 pub mod rooms;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cookie::{Cookie, SameSite};
 use http::header::{self, HeaderName, HeaderValue};
@@ -32,7 +32,10 @@ use crate::clock::SharedClock;
 use crate::config::{Config, FailMode, Unmatched};
 use crate::proxy::{self, headers, Forward, Proxy};
 use crate::queue_page::{self, Message, QueueView, Status, Template, VisitorState};
-use crate::store::{QueuePlace, RejectReason, SharedStore, StoreError, Verdict, VisitorId};
+use crate::store::memory::MemoryStore;
+use crate::store::{
+    QueuePlace, RejectReason, RoomPolicy, SharedStore, Store, StoreError, Verdict, VisitorId,
+};
 use crate::ticket::{Grant, KeyRing, Ticket};
 
 pub use rooms::{Room, Rooms};
@@ -57,6 +60,26 @@ pub struct Gate {
     fail_mode: FailMode,
     /// Whether the last store call failed; logs transitions once.
     store_down: AtomicBool,
+    /// While the store is down: when (ms after `started`) to probe it again; 0 = up.
+    retry_at_ms: AtomicU64,
+    started: Instant,
+    /// This instance's own store for `fail_mode = "local"`.
+    local: Option<Arc<MemoryStore>>,
+    /// Instances sharing the store (the local share is 1/instances).
+    instances: u64,
+}
+
+/// How long the store is left alone after a failure before one request
+/// probes it again, so a frozen store does not cost every request the
+/// whole timeout.
+const STORE_RETRY_MS: u64 = 1000;
+
+/// Where a decision is made.
+struct Via<'a> {
+    store: &'a dyn Store,
+    policy: Arc<RoomPolicy>,
+    /// The shared store (bounded, breaker) or this instance's own.
+    shared: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +131,11 @@ impl Gate {
             store_timeout: config.store.timeout,
             fail_mode: config.store.fail_mode,
             store_down: AtomicBool::new(false),
+            retry_at_ms: AtomicU64::new(0),
+            started: Instant::now(),
+            local: (config.store.fail_mode == FailMode::Local)
+                .then(|| Arc::new(MemoryStore::new())),
+            instances: config.store.instances.max(1),
         })
     }
 
@@ -184,7 +212,7 @@ impl Gate {
         }
 
         // Phase 3: ticket.
-        let decision = match self.decide(&room, &req).await {
+        let decision = match self.decide_anywhere(&room, &req).await {
             Ok(d) => d,
             Err(e) => return self.store_failed(&room, req, &fwd, e).await,
         };
@@ -205,7 +233,12 @@ impl Gate {
     }
 
     /// Phase 3: what this request's ticket (or its absence) earns.
-    async fn decide(&self, room: &Room, req: &Request<Incoming>) -> Result<Decision, StoreError> {
+    async fn decide(
+        &self,
+        room: &Room,
+        req: &Request<Incoming>,
+        via: &Via<'_>,
+    ) -> Result<Decision, StoreError> {
         let now = self.clock.now_ms();
         let ticket = headers::cookie(req.headers(), &room.cookie_name)
             .and_then(|v| self.keys.open(&room.config.id, v, now).ok());
@@ -226,9 +259,10 @@ impl Gate {
                     });
                 }
                 match self
-                    .bounded(
-                        self.store
-                            .check_in(&room.policy(), visitor, session_expires_ms, now),
+                    .call(
+                        via,
+                        via.store
+                            .check_in(&via.policy, visitor, session_expires_ms, now),
                     )
                     .await?
                 {
@@ -237,7 +271,7 @@ impl Gate {
                         ticket: Some(self.admitted_ticket(room, visitor, expires, now)),
                     }),
                     // Revoked, released or expired in the store: a new visitor.
-                    None => self.arrive(room, now).await,
+                    None => self.arrive(room, now, via).await,
                 }
             }
             Some(Ticket {
@@ -246,20 +280,115 @@ impl Gate {
                 ..
             }) => {
                 let verdict = self
-                    .bounded(self.store.poll(&room.policy(), visitor, seq, now))
+                    .call(via, via.store.poll(&via.policy, visitor, seq, now))
                     .await?;
                 Ok(self.verdict(room, visitor, verdict, now))
             }
-            _ => self.arrive(room, now).await,
+            _ => self.arrive(room, now, via).await,
         }
     }
 
-    async fn arrive(&self, room: &Room, now: u64) -> Result<Decision, StoreError> {
+    async fn arrive(&self, room: &Room, now: u64, via: &Via<'_>) -> Result<Decision, StoreError> {
         let visitor = VisitorId::random();
         let verdict = self
-            .bounded(self.store.arrive(&room.policy(), visitor, now))
+            .call(via, via.store.arrive(&via.policy, visitor, now))
             .await?;
         Ok(self.verdict(room, visitor, verdict, now))
+    }
+
+    /// Phase 3 in the shared store, or, when it fails and the fail mode is
+    /// `local`, in this instance's own store with its share of the limits.
+    async fn decide_anywhere(
+        &self,
+        room: &Room,
+        req: &Request<Incoming>,
+    ) -> Result<Decision, StoreError> {
+        let shared = self.decide(room, req, &self.shared_via(room)).await;
+        match (shared, self.local_via(room)) {
+            (Err(_), Some(local)) => self.decide(room, req, &local).await,
+            (result, _) => result,
+        }
+    }
+
+    /// A queued visitor's poll, with the same fallback as `decide_anywhere`.
+    async fn poll_anywhere(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        seq: u64,
+        now: u64,
+    ) -> Result<Verdict, StoreError> {
+        let shared = self.shared_via(room);
+        let result = self
+            .call(
+                &shared,
+                shared.store.poll(&shared.policy, visitor, seq, now),
+            )
+            .await;
+        match (result, self.local_via(room)) {
+            (Err(_), Some(local)) => local.store.poll(&local.policy, visitor, seq, now).await,
+            (result, _) => result,
+        }
+    }
+
+    fn shared_via(&self, room: &Room) -> Via<'_> {
+        Via {
+            store: &*self.store,
+            policy: room.policy(),
+            shared: true,
+        }
+    }
+
+    /// This instance's own store, in fail mode `local`: every limit divided
+    /// by the number of instances (rounded up; 0 stays unlimited).
+    fn local_via(&self, room: &Room) -> Option<Via<'_>> {
+        let local = self.local.as_deref()?;
+        let mut policy = (*room.policy()).clone();
+        let share = |limit: u64| limit.div_ceil(self.instances);
+        policy.total_active_users = share(policy.total_active_users);
+        policy.new_users_per_minute = share(policy.new_users_per_minute);
+        Some(Via {
+            store: local,
+            policy: Arc::new(policy),
+            shared: false,
+        })
+    }
+
+    /// Runs a store call: on the shared store bounded by the timeout and
+    /// skipped while the store is known to be down (one probe per
+    /// `STORE_RETRY`); on the local store directly.
+    async fn call<T>(
+        &self,
+        via: &Via<'_>,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if !via.shared {
+            return call.await;
+        }
+        if !self.store_may_be_called() {
+            return Err(StoreError::Unavailable("down; retrying shortly".into()));
+        }
+        self.bounded(call).await
+    }
+
+    /// False while the store is down and the next probe is not yet due.
+    fn store_may_be_called(&self) -> bool {
+        let retry_at = self.retry_at_ms.load(Ordering::Relaxed);
+        if retry_at == 0 {
+            return true;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        // Let exactly one request through as the probe.
+        now >= retry_at
+            && self
+                .retry_at_ms
+                .compare_exchange(
+                    retry_at,
+                    now + STORE_RETRY_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     fn verdict(&self, room: &Room, visitor: VisitorId, verdict: Verdict, now: u64) -> Decision {
@@ -301,6 +430,12 @@ impl Gate {
             Err(_) => Err(StoreError::Timeout),
         };
         let failed = result.is_err();
+        let retry_at = if failed {
+            self.started.elapsed().as_millis() as u64 + STORE_RETRY_MS
+        } else {
+            0
+        };
+        self.retry_at_ms.store(retry_at, Ordering::Relaxed);
         if self.store_down.swap(failed, Ordering::Relaxed) != failed {
             match &result {
                 Err(e) => {
@@ -321,7 +456,8 @@ impl Gate {
     ) -> Response<Body> {
         tracing::debug!(room = %room.config.id, %error, "store call failed");
         match self.fail_mode {
-            // `local` falls back to open until the local budget store lands.
+            // `local` only gets here if its own store failed, which it cannot;
+            // availability first.
             FailMode::Open | FailMode::Local => self.forward(req, fwd, None, None, None).await,
             FailMode::Closed => message(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -418,10 +554,7 @@ impl Gate {
                 grant: Grant::Queued { seq },
                 ..
             }) => {
-                match self
-                    .bounded(self.store.poll(&room.policy(), visitor, seq, now))
-                    .await
-                {
+                match self.poll_anywhere(&room, visitor, seq, now).await {
                     Ok(verdict) => match self.verdict(&room, visitor, verdict, now) {
                         Decision::Forward { ticket, .. } => (
                             self.status(&room, VisitorState::Admitted, None),

@@ -38,6 +38,7 @@ pub fn config(origin: SocketAddr) -> Config {
             backend: Backend::Memory,
             timeout: Duration::from_millis(500),
             fail_mode: FailMode::Open,
+            instances: 1,
         },
         cookie: CookieConfig {
             keys: vec![Secret32(KEY)],
