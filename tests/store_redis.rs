@@ -1,21 +1,59 @@
-//! The Redis store against a throwaway single `redis-server`: every store
-//! rule, then what only the Redis backend can get wrong (scripts flushed,
-//! a frozen or restarted server, key layout, one round trip per operation).
+//! The Redis store against a throwaway single `redis-server`: the store
+//! conformance suite, then what only the Redis backend can get wrong (scripts
+//! flushed, a frozen or restarted server, key layout, one round trip per
+//! operation, bounded script runs).
 
+mod conformance;
 #[path = "support/redis_server.rs"]
 mod redis_server;
-#[path = "support/store_rules.rs"]
-mod store_rules;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
-use store_rules::{is_admitted, place, policy, vid, Harness, T0};
+use waitroom::clock::Millis;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{RoomState, Store, StoreError, Verdict};
+use waitroom::store::{
+    QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, StoreError, Verdict, VisitorId,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+const T0: Millis = 1_800_000_000_000;
+const SESSION: Millis = 300_000;
+const ABANDON: Millis = 120_000;
+
+fn vid(n: u64) -> VisitorId {
+    let mut b = [0u8; 16];
+    b[8..].copy_from_slice(&n.to_be_bytes());
+    VisitorId(b)
+}
+
+fn policy(cap: u64, rate: u64) -> RoomPolicy {
+    RoomPolicy {
+        room: Arc::from("room-a"),
+        total_active_users: cap,
+        new_users_per_minute: rate,
+        session_duration_ms: SESSION,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: ABANDON,
+        arrival_grace_ms: 30_000,
+        state: RoomState::Open,
+    }
+}
+
+#[track_caller]
+fn place(v: &Verdict) -> QueuePlace {
+    match v {
+        Verdict::Queued(p) => *p,
+        other => panic!("expected Queued, got {other:?}"),
+    }
+}
+
+fn is_admitted(v: &Verdict) -> bool {
+    matches!(v, Verdict::Admitted { .. })
+}
 
 async fn start() -> (RedisServer, RedisStore) {
     let server = tokio::task::spawn_blocking(RedisServer::start)
@@ -25,13 +63,44 @@ async fn start() -> (RedisServer, RedisStore) {
     (server, store)
 }
 
-store_rules!(|| async {
+conformance::store_conformance!(|| async {
     let (server, store) = start().await;
-    Harness {
-        store: Arc::new(store),
-        guard: Some(Box::new(server)),
-    }
+    let mut harness = conformance::Harness::new(Arc::new(store));
+    harness.guard = Some(Box::new(server));
+    harness
 });
+
+// Contract details the conformance suite does not pin (yet).
+
+#[tokio::test]
+async fn abandon_after_zero_disables_abandonment() {
+    let (_server, store) = start().await;
+    let mut p = policy(1, 0);
+    p.abandon_after_ms = 0;
+    p.state = RoomState::Paused;
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    assert_eq!(
+        store.stats(&p, T0 + 1000 * ABANDON).await.unwrap().queued,
+        1
+    );
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 0);
+}
+
+#[tokio::test]
+async fn seq_is_unique_and_increasing_within_one_millisecond() {
+    let (_server, store) = start().await;
+    let mut p = policy(0, 0);
+    p.state = RoomState::Paused;
+    let mut last = 0;
+    for i in 0..50 {
+        let q = place(&store.arrive(&p, vid(i), T0).await.unwrap());
+        assert!(q.seq > last);
+        assert_eq!(q.position, i + 1);
+        last = q.seq;
+    }
+    let q = place(&store.arrive(&p, vid(99), T0 + 1000).await.unwrap());
+    assert_eq!(q.seq, waitroom::store::next_seq(T0 + 1000, last));
+}
 
 #[tokio::test]
 async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {

@@ -1,22 +1,42 @@
-//! The Redis store against a real 3-master Redis Cluster on loopback: every
-//! store rule, then the Cluster specifics (one slot per room, rooms spread
-//! over nodes, scripts reloaded on the node that lost them).
+//! The Redis store against a real 3-master Redis Cluster on loopback: the
+//! store conformance suite, then the Cluster specifics (one slot per room,
+//! rooms spread over nodes, scripts reloaded on nodes that lost them).
 
+mod conformance;
 #[path = "support/redis_server.rs"]
 mod redis_server;
-#[path = "support/store_rules.rs"]
-mod store_rules;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::RedisCluster;
-use store_rules::{is_admitted, place, policy, vid, Harness, T0};
+use waitroom::clock::Millis;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{RoomPolicy, RoomState, Store};
+use waitroom::store::{
+    QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+const T0: Millis = 1_800_000_000_000;
+
+fn vid(n: u64) -> VisitorId {
+    let mut b = [0u8; 16];
+    b[8..].copy_from_slice(&n.to_be_bytes());
+    VisitorId(b)
+}
+
+#[track_caller]
+fn place(v: &Verdict) -> QueuePlace {
+    match v {
+        Verdict::Queued(p) => *p,
+        other => panic!("expected Queued, got {other:?}"),
+    }
+}
+
+fn is_admitted(v: &Verdict) -> bool {
+    matches!(v, Verdict::Admitted { .. })
+}
 
 async fn start() -> (RedisCluster, RedisStore) {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
@@ -26,18 +46,25 @@ async fn start() -> (RedisCluster, RedisStore) {
     (cluster, store)
 }
 
-store_rules!(|| async {
+conformance::store_conformance!(|| async {
     let (cluster, store) = start().await;
-    Harness {
-        store: Arc::new(store),
-        guard: Some(Box::new(cluster)),
-    }
+    let mut harness = conformance::Harness::new(Arc::new(store));
+    harness.guard = Some(Box::new(cluster));
+    harness
 });
 
 fn room(name: &str) -> RoomPolicy {
     RoomPolicy {
         room: Arc::from(name),
-        ..policy(1, 0)
+        total_active_users: 1,
+        new_users_per_minute: 0,
+        session_duration_ms: 300_000,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: 120_000,
+        arrival_grace_ms: 30_000,
+        state: RoomState::Open,
     }
 }
 

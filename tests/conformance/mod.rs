@@ -1,0 +1,1030 @@
+//! The store conformance suite: the behaviour every `Store` backend must share,
+//! written once and instantiated per backend with `store_conformance!`.
+//!
+//! ```ignore
+//! mod conformance;
+//! conformance::store_conformance!(|| async {
+//!     conformance::Harness::new(std::sync::Arc::new(MemoryStore::new()))
+//! });
+//! ```
+//!
+//! Every case uses its own room id (so one Redis can serve all the cases of a
+//! file) and explicit clock values it advances; nothing sleeps. Times are
+//! realistic (2027) so `next_seq` behaves as in production.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use waitroom::clock::Millis;
+use waitroom::store::{
+    QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, RoomStats, RoomTotals,
+    SharedStore, Verdict, VisitorId,
+};
+
+/// A backend under test, with whatever keeps it alive.
+pub struct Harness {
+    pub store: SharedStore,
+    /// Dropped after the case ends, e.g. the handle of a `redis-server` child.
+    #[allow(dead_code)] // held, never read: its `Drop` is the point
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Harness {
+    pub fn new(store: SharedStore) -> Self {
+        Self { store, guard: None }
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case, each building a fresh
+/// `Harness` with the given `|| async { ... }` factory.
+macro_rules! store_conformance {
+    ($factory:expr) => {
+        $crate::conformance::store_conformance!(@cases $factory;
+            capacity_holds_under_concurrent_arrivals,
+            rate_limit_holds_under_concurrent_arrivals,
+            rate_window_is_exact_at_its_edges,
+            fifo_has_no_inversions_in_a_random_run,
+            no_queueing_while_there_is_room,
+            abandoned_visitors_are_dropped_and_the_queue_moves,
+            lost_entries_come_back_at_their_place,
+            reset_room_entries_come_back_ahead_of_newcomers,
+            session_renewal_on_extends,
+            session_renewal_off_keeps_expiry,
+            check_in_of_unknown_released_or_expired_is_none,
+            newcomers_never_jump_the_queue,
+            max_queue_length_rejects_when_full,
+            passthrough_counts_and_never_refuses,
+            reject_method_refuses_over_the_limits,
+            paused_room_queues_and_keeps_order,
+            queue_all_room_queues_then_promotes,
+            closed_room_rejects_arrivals_and_queued_visitors,
+            closed_room_keeps_sessions,
+            random_method_admits_only_within_limits,
+            stats_and_totals_report_exact_figures,
+            arrive_and_poll_are_idempotent,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness: $crate::conformance::Harness = ($factory)().await;
+                $crate::conformance::$case(&harness).await;
+            }
+        )*
+    };
+}
+pub(crate) use store_conformance;
+
+/// 2027-01-15T08:00:00Z.
+const T0: Millis = 1_800_000_000_000;
+const SECOND: Millis = 1_000;
+const MINUTE: Millis = 60 * SECOND;
+const SESSION: Millis = 5 * MINUTE;
+const GRACE: Millis = 40 * SECOND;
+const ABANDON: Millis = 2 * MINUTE;
+
+/// A room with a unique id (so cases can share one Redis) and defaults an
+/// operator might pick; cases change what they test.
+fn room(case: &str) -> RoomPolicy {
+    let id = format!("conf-{case}-{:08x}", rand::random::<u32>());
+    RoomPolicy {
+        room: Arc::from(id.as_str()),
+        total_active_users: 10,
+        new_users_per_minute: 0,
+        session_duration_ms: SESSION,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: ABANDON,
+        arrival_grace_ms: GRACE,
+        state: RoomState::Open,
+    }
+}
+
+fn visitors(n: usize) -> Vec<VisitorId> {
+    (0..n).map(|_| VisitorId::random()).collect()
+}
+
+#[track_caller]
+fn admitted(v: Verdict) -> Millis {
+    match v {
+        Verdict::Admitted { session_expires_ms } => session_expires_ms,
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn queued(v: Verdict) -> QueuePlace {
+    match v {
+        Verdict::Queued(place) => place,
+        other => panic!("expected Queued, got {other:?}"),
+    }
+}
+
+/// Thin call helpers so cases read as scripts.
+struct Room<'a> {
+    h: &'a Harness,
+    p: RoomPolicy,
+}
+
+impl Room<'_> {
+    async fn arrive(&self, v: VisitorId, now: Millis) -> Verdict {
+        self.h.store.arrive(&self.p, v, now).await.unwrap()
+    }
+    async fn poll(&self, v: VisitorId, seq: u64, now: Millis) -> Verdict {
+        self.h.store.poll(&self.p, v, seq, now).await.unwrap()
+    }
+    async fn check_in(&self, v: VisitorId, now: Millis) -> Option<Millis> {
+        self.h.store.check_in(&self.p, v, now).await.unwrap()
+    }
+    async fn release(&self, v: VisitorId, now: Millis) -> bool {
+        self.h.store.release(&self.p, v, now).await.unwrap()
+    }
+    async fn stats(&self, now: Millis) -> RoomStats {
+        self.h.store.stats(&self.p, now).await.unwrap()
+    }
+    async fn totals(&self) -> RoomTotals {
+        self.h.store.totals(&self.p).await.unwrap()
+    }
+    async fn reset(&self) {
+        self.h.store.reset(&self.p).await.unwrap()
+    }
+    /// Arrives `n` new visitors at `now`; each must be queued, at the back.
+    async fn queue_up(&self, n: usize, now: Millis) -> Vec<(VisitorId, u64)> {
+        let mut out = Vec::with_capacity(n);
+        for v in visitors(n) {
+            let place = queued(self.arrive(v, now).await);
+            assert_eq!(
+                place.position, place.queue_length,
+                "a newcomer goes to the back"
+            );
+            out.push((v, place.seq));
+        }
+        out
+    }
+}
+
+fn bind(h: &Harness, p: RoomPolicy) -> Room<'_> {
+    Room { h, p }
+}
+
+/// I1 with many callers: 10,000 arrivals from 100 tasks at once into a room
+/// of 100: exactly 100 admitted, 9,900 queued at distinct positions 1..=9,900
+/// in `seq` order, nobody lost; freed places go to the head of the queue.
+pub async fn capacity_holds_under_concurrent_arrivals(h: &Harness) {
+    let mut p = room("cap");
+    p.total_active_users = 100;
+    let tasks = 100;
+    let per_task = 100;
+    let mut joins = Vec::new();
+    for t in 0..tasks {
+        let store = h.store.clone();
+        let p = p.clone();
+        joins.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for i in 0..per_task {
+                let v = VisitorId::random();
+                // Clocks read a little apart, as on a busy server.
+                let now = T0 + ((t * per_task + i) % 7) as Millis;
+                out.push((v, store.arrive(&p, v, now).await.unwrap()));
+            }
+            out
+        }));
+    }
+    let mut admitted_ids = Vec::new();
+    let mut places = Vec::new();
+    for j in joins {
+        for (v, verdict) in j.await.unwrap() {
+            match verdict {
+                Verdict::Admitted { .. } => admitted_ids.push(v),
+                Verdict::Queued(place) => places.push((v, place)),
+                Verdict::Rejected(r) => panic!("nobody is rejected, got {r:?}"),
+            }
+        }
+    }
+    assert_eq!(admitted_ids.len(), 100);
+    assert_eq!(places.len(), 9_900);
+    let r = bind(h, p);
+    let s = r.stats(T0 + 10).await;
+    assert_eq!((s.active, s.queued), (100, 9_900));
+
+    // Positions given at arrival are 1..=9,900, each once, and follow `seq`.
+    let mut positions: Vec<u64> = places.iter().map(|(_, pl)| pl.position).collect();
+    positions.sort_unstable();
+    assert_eq!(positions, (1..=9_900).collect::<Vec<u64>>());
+    places.sort_by_key(|(_, pl)| pl.seq);
+    for (i, (_, pl)) in places.iter().enumerate() {
+        assert_eq!(pl.position, i as u64 + 1, "position follows seq");
+    }
+    // Nobody lost: every queued visitor is still where it was.
+    for (v, pl) in &places {
+        let now = queued(r.poll(*v, pl.seq, T0 + 20).await);
+        assert_eq!(
+            (now.position, now.seq, now.queue_length),
+            (pl.position, pl.seq, 9_900)
+        );
+    }
+    // Freeing 100 places admits exactly the 100 at the head.
+    for v in &admitted_ids {
+        assert!(r.release(*v, T0 + 30).await);
+    }
+    let mut order: Vec<usize> = (0..places.len()).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(1));
+    let mut newly = HashSet::new();
+    for i in order {
+        let (v, pl) = places[i];
+        match r.poll(v, pl.seq, T0 + 40).await {
+            Verdict::Admitted { .. } => {
+                newly.insert(i);
+            }
+            Verdict::Queued(now) => assert_eq!(now.position, pl.position - 100),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(newly, (0..100).collect::<HashSet<usize>>());
+    let t = r.totals().await;
+    assert_eq!(
+        (t.admitted, t.queued, t.rejected, t.abandoned),
+        (200, 9_900, 0, 0)
+    );
+}
+
+/// I2 with many callers: 2,000 concurrent arrivals into a room limited to 50
+/// admissions a minute and unlimited capacity admit exactly 50.
+pub async fn rate_limit_holds_under_concurrent_arrivals(h: &Harness) {
+    let mut p = room("ratec");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 50;
+    let mut joins = Vec::new();
+    for _ in 0..40 {
+        let store = h.store.clone();
+        let p = p.clone();
+        joins.push(tokio::spawn(async move {
+            let mut n = 0;
+            for _ in 0..50 {
+                let v = VisitorId::random();
+                if let Verdict::Admitted { .. } = store.arrive(&p, v, T0).await.unwrap() {
+                    n += 1;
+                }
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for j in joins {
+        total += j.await.unwrap();
+    }
+    assert_eq!(total, 50);
+    let s = bind(h, p).stats(T0).await;
+    assert_eq!(
+        (s.active, s.queued, s.admitted_last_minute),
+        (50, 1_950, 50)
+    );
+}
+
+/// I2 at its edges: N admissions in the window, the N+1th waits until the
+/// first admission is exactly 60 s old, and is admitted then, not a
+/// millisecond earlier.
+pub async fn rate_window_is_exact_at_its_edges(h: &Harness) {
+    let mut p = room("rate");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 5;
+    let r = bind(h, p);
+    let first = visitors(5);
+    for (i, v) in first.iter().enumerate() {
+        let now = T0 + i as Millis * SECOND;
+        assert_eq!(admitted(r.arrive(*v, now).await), now + SESSION);
+    }
+    let sixth = VisitorId::random();
+    let place = queued(r.arrive(sixth, T0 + 5 * SECOND).await);
+    assert_eq!(place.position, 1);
+
+    // T0 is in (now - 60 s, now] until now = T0 + 60 s.
+    let waiting = queued(r.poll(sixth, place.seq, T0 + MINUTE - 1).await);
+    assert_eq!(waiting.position, 1);
+    let s = r.stats(T0 + MINUTE - 1).await;
+    assert_eq!(
+        (s.admitted_last_minute, s.oldest_admission_ms),
+        (5, Some(T0))
+    );
+
+    let at = T0 + MINUTE;
+    assert_eq!(
+        admitted(r.poll(sixth, place.seq, at).await),
+        at + SESSION + GRACE
+    );
+    let s = r.stats(at).await;
+    assert_eq!(
+        (s.admitted_last_minute, s.oldest_admission_ms),
+        (5, Some(T0 + SECOND))
+    );
+
+    // The window is full again: the next one waits for T0 + 1 s to leave.
+    let seventh = VisitorId::random();
+    let place = queued(r.arrive(seventh, at).await);
+    assert_eq!(place.position, 1);
+    queued(r.poll(seventh, place.seq, T0 + SECOND + MINUTE - 1).await);
+    admitted(r.poll(seventh, place.seq, T0 + SECOND + MINUTE).await);
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued), (7, 2));
+}
+
+/// I3: a seeded random run of arrivals, polls in random order, session
+/// expiries, releases and visitors who walk away. Whenever a visitor learns
+/// it is admitted, every visitor who queued before it and still polls must
+/// learn the same at that same instant (a poll at the same `now` cannot free
+/// room, so a "still queued" answer is an inversion). Visitors poll at least
+/// every refresh interval, so none lets a promotion's grace run out unseen.
+pub async fn fifo_has_no_inversions_in_a_random_run(h: &Harness) {
+    const REFRESH: Millis = 10 * SECOND;
+    let mut p = room("fifo");
+    p.total_active_users = 5;
+    p.new_users_per_minute = 20;
+    p.session_duration_ms = 15 * SECOND;
+    // Twice the refresh interval, as the daemon configures it: a visitor who
+    // polls every refresh interval always collects its admission.
+    p.arrival_grace_ms = 2 * REFRESH;
+    p.session_renewal = false;
+    p.abandon_after_ms = MINUTE;
+    let r = bind(h, p);
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    // Arrival order is `seq` order for everyone who queued.
+    let mut people: BTreeMap<u64, (VisitorId, State)> = BTreeMap::new();
+    let mut arrivals = 0u64;
+    let mut now = T0;
+    let mut admissions = 0;
+    let mut max_queue = 0;
+
+    for _ in 0..3_000 {
+        now += rng.gen_range(0..1_500);
+        // Everyone still interested polls at least every refresh interval.
+        let stale: Vec<u64> = people
+            .iter()
+            .filter_map(|(k, (_, s))| match s {
+                State::Waiting { last_poll, .. } if now - last_poll >= REFRESH => Some(*k),
+                _ => None,
+            })
+            .collect();
+        let mut to_poll = stale;
+        match rng.gen_range(0..20) {
+            0..=4 => {
+                let v = VisitorId::random();
+                arrivals += 1;
+                let state = match r.arrive(v, now).await {
+                    Verdict::Admitted { .. } => State::Admitted,
+                    Verdict::Queued(pl) => State::Waiting {
+                        seq: pl.seq,
+                        last_poll: now,
+                    },
+                    other => panic!("unexpected {other:?}"),
+                };
+                people.insert(arrivals, (v, state));
+                if state == State::Admitted {
+                    admissions += 1;
+                    check_no_one_earlier_waits(&r, &mut people, arrivals, now).await;
+                }
+            }
+            5..=15 => {
+                let waiting: Vec<u64> = people
+                    .iter()
+                    .filter(|(_, (_, s))| matches!(s, State::Waiting { .. }))
+                    .map(|(k, _)| *k)
+                    .collect();
+                if let Some(k) = waiting.choose(&mut rng) {
+                    to_poll.push(*k);
+                }
+            }
+            16..=18 => {
+                let admitted_now: Vec<u64> = people
+                    .iter()
+                    .filter(|(_, (_, s))| *s == State::Admitted)
+                    .map(|(k, _)| *k)
+                    .collect();
+                if let Some(k) = admitted_now.choose(&mut rng) {
+                    let (v, _) = people[k];
+                    r.release(v, now).await;
+                    people.insert(*k, (v, State::Left));
+                }
+            }
+            _ => {
+                // Somebody gives up waiting: stops polling for good.
+                let waiting: Vec<u64> = people
+                    .iter()
+                    .filter(|(_, (_, s))| matches!(s, State::Waiting { .. }))
+                    .map(|(k, _)| *k)
+                    .collect();
+                if let Some(k) = waiting.choose(&mut rng) {
+                    let (v, _) = people[k];
+                    people.insert(*k, (v, State::Left));
+                }
+            }
+        }
+        to_poll.shuffle(&mut rng);
+        for k in to_poll {
+            let (v, state) = people[&k];
+            let State::Waiting { seq, .. } = state else {
+                continue;
+            };
+            match r.poll(v, seq, now).await {
+                Verdict::Admitted { .. } => {
+                    people.insert(k, (v, State::Admitted));
+                    admissions += 1;
+                    check_no_one_earlier_waits(&r, &mut people, k, now).await;
+                }
+                Verdict::Queued(_) => {
+                    people.insert(
+                        k,
+                        (
+                            v,
+                            State::Waiting {
+                                seq,
+                                last_poll: now,
+                            },
+                        ),
+                    );
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let s = r.stats(now).await;
+        assert!(s.active <= 5, "I1: {} active", s.active);
+        assert!(
+            s.admitted_last_minute <= 20,
+            "I2: {}",
+            s.admitted_last_minute
+        );
+        max_queue = max_queue.max(s.queued);
+    }
+    // The run must have exercised both paths a lot to mean anything.
+    let abandoned = r.totals().await.abandoned;
+    let all = r.totals().await.admitted;
+    eprintln!(
+        "fifo run: {admissions} admissions seen of {all}, {abandoned} abandoned, longest queue {max_queue}"
+    );
+    assert!(admissions > 200, "only {admissions} admissions");
+    assert!(abandoned > 20, "only {abandoned} abandoned");
+    assert!(max_queue > 10, "the queue never grew ({max_queue})");
+}
+
+/// A visitor in the FIFO run, as the visitor sees it.
+#[derive(Clone, Copy, PartialEq)]
+enum State {
+    Waiting {
+        seq: u64,
+        last_poll: Millis,
+    },
+    Admitted,
+    /// Released its session or stopped polling; never polls again.
+    Left,
+}
+
+/// Every visitor who arrived before `k` and is still waiting must be admitted
+/// when polled at the same `now`.
+async fn check_no_one_earlier_waits(
+    r: &Room<'_>,
+    people: &mut BTreeMap<u64, (VisitorId, State)>,
+    k: u64,
+    now: Millis,
+) {
+    let earlier: Vec<u64> = people.range(..k).map(|(k, _)| *k).collect();
+    for e in earlier {
+        let (v, s) = people[&e];
+        if let State::Waiting { seq, .. } = s {
+            match r.poll(v, seq, now).await {
+                Verdict::Admitted { .. } => {
+                    people.insert(e, (v, State::Admitted));
+                }
+                other => panic!("FIFO inversion: #{k} admitted while earlier #{e} gets {other:?}"),
+            }
+        }
+    }
+}
+
+/// I4: an empty queue and room means admitted at once; a queued visitor whose
+/// position is within the free capacity is admitted on its next poll.
+pub async fn no_queueing_while_there_is_room(h: &Harness) {
+    let mut p = room("room");
+    p.total_active_users = 3;
+    let r = bind(h, p);
+    let front = visitors(3);
+    for v in &front {
+        assert_eq!(admitted(r.arrive(*v, T0).await), T0 + SESSION);
+    }
+    let q = r.queue_up(3, T0 + SECOND).await;
+    assert!(r.release(front[0], T0 + 2 * SECOND).await);
+    assert!(r.release(front[1], T0 + 2 * SECOND).await);
+    // Two places free: positions 1 and 2 get them on their next poll.
+    let at = T0 + 3 * SECOND;
+    admitted(r.poll(q[1].0, q[1].1, at).await);
+    admitted(r.poll(q[0].0, q[0].1, at).await);
+    assert_eq!(queued(r.poll(q[2].0, q[2].1, at).await).position, 1);
+    // Room again and an empty queue: a newcomer walks in.
+    assert!(r.release(q[2].0, at).await);
+    assert!(r.release(front[2], at).await);
+    assert_eq!(
+        admitted(r.arrive(VisitorId::random(), at).await),
+        at + SESSION
+    );
+    let s = r.stats(at).await;
+    assert_eq!((s.active, s.queued), (3, 0));
+}
+
+/// Abandonment: an entry not polled for more than `abandon_after` is dropped
+/// (not at exactly `abandon_after`), counted, and those behind move up.
+pub async fn abandoned_visitors_are_dropped_and_the_queue_moves(h: &Harness) {
+    let mut p = room("abandon");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_up(3, T0).await;
+    let (quitter, keen, late) = (q[0], q[1], q[2]);
+    for t in [T0 + 50 * SECOND, T0 + 100 * SECOND] {
+        assert_eq!(queued(r.poll(keen.0, keen.1, t).await).position, 2);
+        assert_eq!(queued(r.poll(late.0, late.1, t).await).position, 3);
+    }
+    // The quitter last polled (joined) at T0.
+    assert_eq!(r.stats(T0 + ABANDON).await.queued, 3);
+    assert_eq!(r.totals().await.abandoned, 0);
+    let s = r.stats(T0 + ABANDON + 1).await;
+    assert_eq!(s.queued, 2);
+    assert_eq!(r.totals().await.abandoned, 1);
+    let at = T0 + ABANDON + SECOND;
+    let place = queued(r.poll(keen.0, keen.1, at).await);
+    assert_eq!((place.position, place.queue_length), (1, 2));
+    assert_eq!(queued(r.poll(late.0, late.1, at).await).position, 2);
+    assert!(!r.release(quitter.0, at).await, "the quitter is gone");
+    // The queue keeps moving.
+    assert!(r.release(holder, at).await);
+    admitted(r.poll(keen.0, keen.1, at).await);
+    assert_eq!(queued(r.poll(late.0, late.1, at).await).position, 1);
+}
+
+/// I5: entries the store lost come back at their `seq` when their visitors
+/// poll, ahead of everyone who queued after them.
+pub async fn lost_entries_come_back_at_their_place(h: &Harness) {
+    let mut p = room("lost");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_up(4, T0 + SECOND).await;
+    // Lose the 2nd and 3rd entries.
+    assert!(r.release(q[1].0, T0 + 2 * SECOND).await);
+    assert!(r.release(q[2].0, T0 + 2 * SECOND).await);
+    let newcomer = VisitorId::random();
+    let nc = queued(r.arrive(newcomer, T0 + 3 * SECOND).await);
+    assert_eq!((nc.position, nc.queue_length), (3, 3));
+    let at = T0 + 4 * SECOND;
+    let back = queued(r.poll(q[2].0, q[2].1, at).await);
+    assert_eq!((back.seq, back.position, back.queue_length), (q[2].1, 2, 4));
+    let back = queued(r.poll(q[1].0, q[1].1, at).await);
+    assert_eq!((back.seq, back.position, back.queue_length), (q[1].1, 2, 5));
+    assert_eq!(queued(r.poll(newcomer, nc.seq, at).await).position, 5);
+    // Admission follows the restored order.
+    let mut order = vec![(holder, 0)];
+    order.extend(q.iter().copied());
+    order.push((newcomer, nc.seq));
+    for w in order.windows(2) {
+        assert!(r.release(w[0].0, at).await);
+        admitted(r.poll(w[1].0, w[1].1, at).await);
+    }
+}
+
+/// I5 across a whole-room loss: after `reset`, visitors who keep polling with
+/// their tickets get back their relative order, ahead of newcomers.
+pub async fn reset_room_entries_come_back_ahead_of_newcomers(h: &Harness) {
+    let mut p = room("reset");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let q = r.queue_up(3, T0).await;
+    r.reset().await;
+    assert_eq!(r.stats(T0 + SECOND).await, RoomStats::default());
+
+    // The first to poll finds an empty room: back at the head, and room.
+    let at = T0 + 2 * SECOND;
+    assert_eq!(
+        admitted(r.poll(q[0].0, q[0].1, at).await),
+        at + SESSION + GRACE
+    );
+    let newcomer = VisitorId::random();
+    let nc = queued(r.arrive(newcomer, T0 + 3 * SECOND).await);
+    assert_eq!(nc.position, 1);
+    assert!(
+        nc.seq > q[2].1,
+        "seqs issued after the loss order after older tickets"
+    );
+    let at = T0 + 4 * SECOND;
+    assert_eq!(queued(r.poll(q[2].0, q[2].1, at).await).position, 1);
+    assert_eq!(queued(r.poll(q[1].0, q[1].1, at).await).position, 1);
+    let place = queued(r.poll(newcomer, nc.seq, at).await);
+    assert_eq!((place.position, place.queue_length), (3, 3));
+    assert!(r.release(q[0].0, at).await);
+    admitted(r.poll(q[1].0, q[1].1, at).await);
+    assert!(r.release(q[1].0, at).await);
+    admitted(r.poll(q[2].0, q[2].1, at).await);
+    assert!(r.release(q[2].0, at).await);
+    admitted(r.poll(newcomer, nc.seq, at).await);
+}
+
+/// Renewal on: a check-in extends to `now + session_duration`, never
+/// shortens (a promoted visitor keeps its grace), and an expired session is
+/// gone at exactly its expiry.
+pub async fn session_renewal_on_extends(h: &Harness) {
+    let mut p = room("renew");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    let v = VisitorId::random();
+    assert_eq!(admitted(r.arrive(v, T0).await), T0 + SESSION);
+    assert_eq!(
+        r.check_in(v, T0 + MINUTE).await,
+        Some(T0 + MINUTE + SESSION)
+    );
+    let last = T0 + MINUTE + SESSION - 1;
+    assert_eq!(r.check_in(v, last).await, Some(last + SESSION));
+    assert_eq!(r.check_in(v, last + SESSION).await, None);
+
+    // A promoted visitor's grace survives an early check-in.
+    let holder = VisitorId::random();
+    let t1 = T0 + 20 * MINUTE;
+    admitted(r.arrive(holder, t1).await);
+    let q = r.queue_up(1, t1).await;
+    assert!(r.release(holder, t1 + SECOND).await);
+    let expires = admitted(r.poll(q[0].0, q[0].1, t1 + SECOND).await);
+    assert_eq!(expires, t1 + SECOND + SESSION + GRACE);
+    assert_eq!(r.check_in(q[0].0, t1 + 2 * SECOND).await, Some(expires));
+    let later = t1 + 2 * MINUTE;
+    assert_eq!(r.check_in(q[0].0, later).await, Some(later + SESSION));
+}
+
+/// Renewal off: a check-in confirms the session but its expiry is fixed at
+/// admission; once expired, the place is free for someone else.
+pub async fn session_renewal_off_keeps_expiry(h: &Harness) {
+    let mut p = room("fixed");
+    p.total_active_users = 1;
+    p.session_renewal = false;
+    let r = bind(h, p);
+    let v = VisitorId::random();
+    assert_eq!(admitted(r.arrive(v, T0).await), T0 + SESSION);
+    assert_eq!(r.check_in(v, T0 + MINUTE).await, Some(T0 + SESSION));
+    assert_eq!(r.check_in(v, T0 + SESSION - 1).await, Some(T0 + SESSION));
+    let w = VisitorId::random();
+    let place = queued(r.arrive(w, T0 + SESSION - 1).await);
+    assert_eq!(r.check_in(v, T0 + SESSION).await, None);
+    // The freed place went to the waiting visitor.
+    assert_eq!(
+        admitted(r.poll(w, place.seq, T0 + SESSION).await),
+        T0 + SESSION + SESSION + GRACE
+    );
+}
+
+pub async fn check_in_of_unknown_released_or_expired_is_none(h: &Harness) {
+    let mut p = room("checkin");
+    p.total_active_users = 2;
+    let r = bind(h, p);
+    assert_eq!(r.check_in(VisitorId::random(), T0).await, None);
+    let released = VisitorId::random();
+    admitted(r.arrive(released, T0).await);
+    assert!(r.release(released, T0).await);
+    assert!(!r.release(released, T0).await, "released twice");
+    assert_eq!(r.check_in(released, T0 + 1).await, None);
+    let expired = VisitorId::random();
+    admitted(r.arrive(expired, T0).await);
+    assert_eq!(r.check_in(expired, T0 + SESSION).await, None);
+    // A queued visitor has no session to check in.
+    admitted(r.arrive(VisitorId::random(), T0 + SESSION).await);
+    admitted(r.arrive(VisitorId::random(), T0 + SESSION).await);
+    let waiting = VisitorId::random();
+    queued(r.arrive(waiting, T0 + SESSION).await);
+    assert_eq!(r.check_in(waiting, T0 + SESSION).await, None);
+}
+
+/// I3 for newcomers: while anyone waits, a newcomer goes to the back, even
+/// the instant a place frees up before the head has polled.
+pub async fn newcomers_never_jump_the_queue(h: &Harness) {
+    let mut p = room("nojump");
+    p.total_active_users = 2;
+    let r = bind(h, p.clone());
+    let front = visitors(2);
+    for v in &front {
+        admitted(r.arrive(*v, T0).await);
+    }
+    let q = r.queue_up(2, T0).await;
+    assert!(r.release(front[0], T0 + SECOND).await);
+    // The head took the freed place, so the newcomer queues behind the rest.
+    let nc = queued(r.arrive(VisitorId::random(), T0 + SECOND).await);
+    assert_eq!((nc.position, nc.queue_length), (2, 2));
+    admitted(r.poll(q[0].0, q[0].1, T0 + SECOND).await);
+
+    // Same with the rate limit as the binding constraint.
+    let mut p = room("nojump-rate");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 2;
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    admitted(r.arrive(VisitorId::random(), T0 + SECOND).await);
+    let q = r.queue_up(2, T0 + 2 * SECOND).await;
+    let nc = queued(r.arrive(VisitorId::random(), T0 + MINUTE).await);
+    assert_eq!((nc.position, nc.queue_length), (2, 2));
+    admitted(r.poll(q[0].0, q[0].1, T0 + MINUTE).await);
+    assert_eq!(
+        queued(r.poll(q[1].0, q[1].1, T0 + MINUTE).await).position,
+        1
+    );
+}
+
+pub async fn max_queue_length_rejects_when_full(h: &Harness) {
+    let mut p = room("maxq");
+    p.total_active_users = 1;
+    p.max_queue_length = 2;
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let q = r.queue_up(2, T0).await;
+    assert_eq!(
+        r.arrive(VisitorId::random(), T0).await,
+        Verdict::Rejected(RejectReason::QueueFull)
+    );
+    // A place in the queue frees: the next newcomer gets it.
+    assert!(r.release(q[0].0, T0 + SECOND).await);
+    let place = queued(r.arrive(VisitorId::random(), T0 + SECOND).await);
+    assert_eq!((place.position, place.queue_length), (2, 2));
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued, t.rejected), (1, 3, 1));
+}
+
+pub async fn passthrough_counts_and_never_refuses(h: &Harness) {
+    let mut p = room("pass");
+    p.total_active_users = 2;
+    p.new_users_per_minute = 3;
+    p.method = QueueingMethod::Passthrough;
+    let r = bind(h, p);
+    let vs = visitors(10);
+    for (i, v) in vs.iter().enumerate() {
+        let now = T0 + i as Millis;
+        assert_eq!(admitted(r.arrive(*v, now).await), now + SESSION);
+    }
+    let s = r.stats(T0 + SECOND).await;
+    assert_eq!((s.active, s.queued, s.admitted_last_minute), (10, 0, 10));
+    assert_eq!(s.oldest_admission_ms, Some(T0));
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued, t.rejected), (10, 0, 0));
+    assert_eq!(
+        r.check_in(vs[9], T0 + MINUTE).await,
+        Some(T0 + MINUTE + SESSION)
+    );
+}
+
+pub async fn reject_method_refuses_over_the_limits(h: &Harness) {
+    let mut p = room("reject");
+    p.total_active_users = 2;
+    p.method = QueueingMethod::Reject;
+    let r = bind(h, p);
+    let front = visitors(2);
+    for v in &front {
+        assert_eq!(admitted(r.arrive(*v, T0).await), T0 + SESSION);
+    }
+    let over = Verdict::Rejected(RejectReason::OverLimit);
+    assert_eq!(r.arrive(VisitorId::random(), T0).await, over);
+    assert!(r.release(front[0], T0 + SECOND).await);
+    admitted(r.arrive(VisitorId::random(), T0 + SECOND).await);
+    assert_eq!(r.arrive(VisitorId::random(), T0 + SECOND).await, over);
+
+    // The rate limit refuses too.
+    let mut p = room("reject-rate");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 1;
+    p.method = QueueingMethod::Reject;
+    let r2 = bind(h, p);
+    admitted(r2.arrive(VisitorId::random(), T0).await);
+    assert_eq!(r2.arrive(VisitorId::random(), T0 + MINUTE - 1).await, over);
+    admitted(r2.arrive(VisitorId::random(), T0 + MINUTE).await);
+
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued, t.rejected), (3, 0, 2));
+    let s = r.stats(T0 + SECOND).await;
+    assert_eq!((s.active, s.queued), (2, 0));
+}
+
+/// `paused`: nobody is admitted even with room; the queue keeps its order and
+/// is admitted in it once the room opens.
+pub async fn paused_room_queues_and_keeps_order(h: &Harness) {
+    let mut p = room("paused");
+    p.total_active_users = 2;
+    p.state = RoomState::Paused;
+    let r = bind(h, p.clone());
+    let q = r.queue_up(3, T0).await;
+    assert_eq!(
+        queued(r.poll(q[0].0, q[0].1, T0 + SECOND).await).position,
+        1
+    );
+    let s = r.stats(T0 + SECOND).await;
+    assert_eq!((s.active, s.queued), (0, 3));
+    p.state = RoomState::Open;
+    let r = bind(h, p);
+    let at = T0 + 2 * SECOND;
+    assert_eq!(queued(r.poll(q[2].0, q[2].1, at).await).position, 1);
+    admitted(r.poll(q[0].0, q[0].1, at).await);
+    admitted(r.poll(q[1].0, q[1].1, at).await);
+}
+
+/// `queue_all`: every newcomer queues even with room, and promotion admits
+/// them (in order) on a later operation.
+pub async fn queue_all_room_queues_then_promotes(h: &Harness) {
+    let mut p = room("qall");
+    p.total_active_users = 2;
+    p.state = RoomState::QueueAll;
+    let r = bind(h, p);
+    let q = r.queue_up(3, T0).await;
+    // Each arrival's promotion admitted the ones queued before it.
+    let at = T0 + SECOND;
+    assert_eq!(
+        admitted(r.poll(q[1].0, q[1].1, at).await),
+        T0 + SESSION + GRACE
+    );
+    admitted(r.poll(q[0].0, q[0].1, at).await);
+    let place = queued(r.poll(q[2].0, q[2].1, at).await);
+    assert_eq!((place.position, place.queue_length), (1, 1));
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued), (2, 3));
+}
+
+/// `closed`: no new tickets, queued visitors are told, active sessions live on.
+pub async fn closed_room_rejects_arrivals_and_queued_visitors(h: &Harness) {
+    let mut p = room("closed");
+    p.total_active_users = 1;
+    let r = bind(h, p.clone());
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_up(1, T0).await;
+    p.state = RoomState::Closed;
+    let r = bind(h, p);
+    let closed = Verdict::Rejected(RejectReason::Closed);
+    assert_eq!(r.arrive(VisitorId::random(), T0 + SECOND).await, closed);
+    assert_eq!(r.poll(q[0].0, q[0].1, T0 + SECOND).await, closed);
+    // Nobody is promoted in a closed room, even with room.
+    assert!(r.release(holder, T0 + 2 * SECOND).await);
+    assert_eq!(r.poll(q[0].0, q[0].1, T0 + 3 * SECOND).await, closed);
+    assert_eq!(r.stats(T0 + 3 * SECOND).await.active, 0);
+    assert_eq!(r.totals().await.admitted, 1);
+    assert_eq!(r.totals().await.rejected, 1);
+}
+
+pub async fn closed_room_keeps_sessions(h: &Harness) {
+    let mut p = room("closed-s");
+    let r = bind(h, p.clone());
+    let v = VisitorId::random();
+    admitted(r.arrive(v, T0).await);
+    p.state = RoomState::Closed;
+    let r = bind(h, p);
+    assert_eq!(
+        r.check_in(v, T0 + MINUTE).await,
+        Some(T0 + MINUTE + SESSION)
+    );
+}
+
+/// `random`: admissions stay within both limits and come from anywhere in
+/// the queue (a lottery, not the head every time).
+pub async fn random_method_admits_only_within_limits(h: &Harness) {
+    let mut p = room("random");
+    p.total_active_users = 3;
+    p.method = QueueingMethod::Random;
+    let r = bind(h, p);
+    let mut holders = visitors(3);
+    for v in &holders {
+        admitted(r.arrive(*v, T0).await);
+    }
+    let mut q = r.queue_up(20, T0).await;
+    let mut now = T0;
+    let mut head_only = true;
+    for _round in 0..5 {
+        now += SECOND;
+        for v in holders.drain(..2) {
+            assert!(r.release(v, now).await);
+        }
+        let s = r.stats(now).await;
+        assert_eq!((s.active, s.queued), (3, q.len() as u64 - 2));
+        let mut still = Vec::new();
+        let mut positions = Vec::new();
+        for (i, (v, seq)) in q.iter().enumerate() {
+            match r.poll(*v, *seq, now).await {
+                Verdict::Admitted { .. } => {
+                    holders.push(*v);
+                    if i > 1 {
+                        head_only = false;
+                    }
+                }
+                Verdict::Queued(pl) => {
+                    positions.push(pl.position);
+                    still.push((*v, *seq));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            still.len(),
+            q.len() - 2,
+            "exactly the two free places were filled"
+        );
+        positions.sort_unstable();
+        assert_eq!(positions, (1..=still.len() as u64).collect::<Vec<_>>());
+        q = still;
+    }
+    // Five draws of 2 from 20..12 all landing on the head: odds below 1e-9.
+    assert!(!head_only, "random admitted the head every time");
+
+    // The rate limit binds a random room too.
+    let mut p = room("random-rate");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 4;
+    p.method = QueueingMethod::Random;
+    let r = bind(h, p);
+    let mut admitted_n = 0;
+    for v in visitors(10) {
+        if let Verdict::Admitted { .. } = r.arrive(v, T0).await {
+            admitted_n += 1;
+        }
+    }
+    assert_eq!(admitted_n, 4);
+    let s = r.stats(T0 + MINUTE).await;
+    assert_eq!((s.active, s.queued, s.admitted_last_minute), (8, 2, 4));
+}
+
+pub async fn stats_and_totals_report_exact_figures(h: &Harness) {
+    let mut p = room("stats");
+    p.total_active_users = 2;
+    p.new_users_per_minute = 3;
+    let r = bind(h, p);
+    assert_eq!(r.totals().await, RoomTotals::default());
+    let a = VisitorId::random();
+    admitted(r.arrive(a, T0).await);
+    admitted(r.arrive(VisitorId::random(), T0 + SECOND).await);
+    r.queue_up(2, T0 + SECOND).await;
+    assert!(r.release(a, T0 + 2 * SECOND).await);
+    // Stats promote too: the head took the freed place.
+    let s = r.stats(T0 + 2 * SECOND).await;
+    assert_eq!(
+        s,
+        RoomStats {
+            active: 2,
+            queued: 1,
+            admitted_last_minute: 3,
+            oldest_admission_ms: Some(T0),
+        }
+    );
+    let s = r.stats(T0 + MINUTE).await;
+    assert_eq!(
+        (
+            s.active,
+            s.queued,
+            s.admitted_last_minute,
+            s.oldest_admission_ms
+        ),
+        (2, 1, 2, Some(T0 + SECOND))
+    );
+    assert_eq!(
+        r.totals().await,
+        RoomTotals {
+            admitted: 3,
+            queued: 2,
+            rejected: 0,
+            abandoned: 0,
+        }
+    );
+    // Everything left over is abandoned or expires.
+    let end = T0 + 2 * SECOND + SESSION + GRACE;
+    let s = r.stats(end).await;
+    assert_eq!((s.active, s.queued, s.admitted_last_minute), (0, 0, 0));
+    assert_eq!(s.oldest_admission_ms, None);
+    assert_eq!(r.totals().await.abandoned, 1);
+    r.reset().await;
+    assert_eq!(r.totals().await, RoomTotals::default());
+    assert_eq!(r.stats(end).await, RoomStats::default());
+}
+
+/// A visitor arriving twice, or polling with a stale `seq`, keeps what it has.
+pub async fn arrive_and_poll_are_idempotent(h: &Harness) {
+    let mut p = room("idem");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    let a = VisitorId::random();
+    assert_eq!(admitted(r.arrive(a, T0).await), T0 + SESSION);
+    assert_eq!(admitted(r.arrive(a, T0 + SECOND).await), T0 + SESSION);
+    assert_eq!(admitted(r.poll(a, 1, T0 + SECOND).await), T0 + SESSION);
+    let b = VisitorId::random();
+    let first = queued(r.arrive(b, T0).await);
+    let again = queued(r.arrive(b, T0 + SECOND).await);
+    assert_eq!(
+        (again.seq, again.position, again.queue_length),
+        (first.seq, 1, 1)
+    );
+    // The store's entry wins over whatever the ticket says.
+    let polled = queued(r.poll(b, first.seq + 999, T0 + SECOND).await);
+    assert_eq!((polled.seq, polled.position), (first.seq, 1));
+    let t = r.totals().await;
+    assert_eq!((t.admitted, t.queued), (1, 1));
+}
