@@ -1,68 +1,504 @@
 //! The Redis store (single node or Cluster): every operation one Lua script.
-//! STUB: being written (issue 3).
-pub struct RedisStore;
-impl RedisStore {
-    pub async fn connect(_: &[String], _: std::time::Duration) -> Result<Self, super::StoreError> {
-        unimplemented!()
+//!
+//! Each room lives in five keys that share the hash tag `{room}`, so every
+//! script touches one slot and the same scripts run on a single Redis and on
+//! Redis Cluster. The decision logic is in `lua/*.lua` (see `lua/prelude.lua`
+//! for the key layout and arguments); this module only builds the calls,
+//! bounds each one by the store timeout and decodes the answers.
+//!
+//! Time always comes from the caller (`now_ms` is a script argument, never
+//! Redis `TIME`), so tests move a clock on Redis exactly as on the memory store.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, Script, ScriptInvocation, Value};
+
+use super::{
+    Millis, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
+    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+};
+
+/// How long room keys outlive the longest-lived thing in them, so an idle
+/// room disappears on its own but a live one never loses state to expiry.
+const KEY_TTL_MARGIN_MS: Millis = 60 * 60 * 1000;
+
+/// The scripts that decide share one prelude (policy, housekeeping,
+/// promotion); Redis has no `require`, so it is concatenated at compile time.
+macro_rules! room_script {
+    ($file:literal) => {
+        concat!(include_str!("lua/prelude.lua"), "\n", include_str!($file))
+    };
+}
+
+/// The Lua scripts, hashed once; `Script` sends EVALSHA and loads the script
+/// on NOSCRIPT (after a restart, `SCRIPT FLUSH` or a failover).
+struct Scripts {
+    arrive: Script,
+    poll: Script,
+    check_in: Script,
+    release: Script,
+    stats: Script,
+    totals: Script,
+    reset: Script,
+    overrides: Script,
+    set_overrides: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            arrive: Script::new(room_script!("lua/arrive.lua")),
+            poll: Script::new(room_script!("lua/poll.lua")),
+            check_in: Script::new(room_script!("lua/check_in.lua")),
+            release: Script::new(room_script!("lua/release.lua")),
+            stats: Script::new(room_script!("lua/stats.lua")),
+            totals: Script::new(include_str!("lua/totals.lua")),
+            reset: Script::new(include_str!("lua/reset.lua")),
+            overrides: Script::new(include_str!("lua/overrides.lua")),
+            set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
+        }
     }
 }
-#[async_trait::async_trait]
-impl super::Store for RedisStore {
+
+/// A multiplexed connection that reconnects on its own; both kinds are cheap
+/// to clone (a handle to one shared connection task).
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The shared store on Redis or Redis Cluster.
+pub struct RedisStore {
+    conn: Connection,
+    scripts: Scripts,
+    /// Bound on every call, reconnection included (I6).
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.conn {
+            Connection::Single(_) => "single",
+            Connection::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisStore")
+            .field("kind", &kind)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// The key names of one room, in the order the scripts expect them.
+struct RoomKeys([String; 6]);
+
+impl RoomKeys {
+    fn new(room: &str) -> Self {
+        Self(
+            ["sessions", "queue", "polls", "admits", "meta", "ended"]
+                .map(|part| format!("wr:{{{room}}}:{part}")),
+        )
+    }
+
+    /// Kept apart from the room's state: `reset` leaves it alone and it has no TTL.
+    fn overrides(room: &str) -> String {
+        format!("wr:{{{room}}}:overrides")
+    }
+
+    fn meta(&self) -> &str {
+        &self.0[4]
+    }
+}
+
+impl RedisStore {
+    /// Connects to one Redis (one URL) or to a Redis Cluster (several URLs,
+    /// the seed nodes). Fails if the first connection is not made within
+    /// `timeout`; after that, lost connections are re-established on their own.
+    pub async fn connect(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        let conn = match urls {
+            [] => return Err(StoreError::Unavailable("no Redis URL configured".into())),
+            [url] => {
+                let client = redis::Client::open(url.as_str()).map_err(|e| map_error(&e))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    // Retry quickly at first, and never wait long between
+                    // attempts: requests fail fast (fail_mode) meanwhile.
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(1));
+                let manager =
+                    bounded(timeout, ConnectionManager::new_with_config(client, config)).await??;
+                Connection::Single(manager)
+            }
+            seeds => {
+                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()
+                    .map_err(|e| map_error(&e))?;
+                let conn = bounded(timeout, client.get_async_connection()).await??;
+                Connection::Cluster(conn)
+            }
+        };
+        Ok(Self {
+            conn,
+            scripts: Scripts::new(),
+            timeout,
+        })
+    }
+
+    /// Runs one script invocation, bounded by the store timeout.
+    async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        match self.conn.clone() {
+            Connection::Single(mut c) => self.run_on(&mut c, invocation).await,
+            Connection::Cluster(mut c) => self.run_on(&mut c, invocation).await,
+        }
+    }
+
+    async fn run_on<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        bounded(self.timeout, invocation.invoke_async::<Value>(conn)).await?
+    }
+
+    /// A room script invocation with the policy and `now` as its leading ARGV.
+    fn room_call<'a>(
+        script: &'a Script,
+        keys: &RoomKeys,
+        room: &RoomPolicy,
+        now_ms: Millis,
+    ) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        for key in &keys.0 {
+            inv.key(key.as_str());
+        }
+        inv.arg(now_ms)
+            .arg(room.total_active_users)
+            .arg(room.new_users_per_minute)
+            .arg(room.session_duration_ms)
+            .arg(u8::from(room.session_renewal))
+            .arg(method_name(room.method))
+            .arg(room.max_queue_length)
+            .arg(room.abandon_after_ms)
+            .arg(room.arrival_grace_ms)
+            .arg(state_name(room.state))
+            .arg(key_ttl_ms(room));
+        inv
+    }
+}
+
+/// Awaits `fut` for at most `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    fut: impl std::future::Future<Output = Result<T, RedisError>>,
+) -> Result<Result<T, StoreError>, StoreError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => Ok(result.map_err(|e| map_error(&e))),
+        Err(_) => Err(StoreError::Timeout),
+    }
+}
+
+/// Sorts a Redis error into the store's three kinds. Messages name the error
+/// class only: URLs (and any password in them) never reach logs or pages.
+fn map_error(e: &RedisError) -> StoreError {
+    use redis::{ErrorKind, ServerErrorKind};
+    if e.is_timeout() {
+        return StoreError::Timeout;
+    }
+    match e.kind() {
+        ErrorKind::Io
+        | ErrorKind::AuthenticationFailed
+        | ErrorKind::InvalidClientConfig
+        | ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Server(
+            ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
+        ) => StoreError::Unavailable(e.category().to_string()),
+        _ => StoreError::Protocol(match e.code() {
+            Some(code) => format!("{}: {code}", e.category()),
+            None => e.category().to_string(),
+        }),
+    }
+}
+
+fn method_name(m: QueueingMethod) -> &'static str {
+    match m {
+        QueueingMethod::Fifo => "fifo",
+        QueueingMethod::Random => "random",
+        QueueingMethod::Passthrough => "passthrough",
+        QueueingMethod::Reject => "reject",
+    }
+}
+
+fn state_name(s: RoomState) -> &'static str {
+    match s {
+        RoomState::Open => "open",
+        RoomState::QueueAll => "queue_all",
+        RoomState::Paused => "paused",
+        RoomState::Closed => "closed",
+    }
+}
+
+fn key_ttl_ms(room: &RoomPolicy) -> Millis {
+    let longest = (room
+        .session_duration_ms
+        .saturating_add(room.arrival_grace_ms))
+    .max(room.abandon_after_ms)
+    .max(RATE_WINDOW_MS);
+    longest.saturating_add(KEY_TTL_MARGIN_MS)
+}
+
+fn protocol(what: &str, v: &Value) -> StoreError {
+    StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+/// A flat array of non-negative integers of exactly `N` elements.
+fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol(what, v));
+    };
+    if items.len() != N {
+        return Err(protocol(what, v));
+    }
+    let mut out = [0u64; N];
+    for (o, item) in out.iter_mut().zip(items) {
+        *o = as_u64(item).ok_or_else(|| protocol(what, v))?;
+    }
+    Ok(out)
+}
+
+/// Decodes `{1, expiry} | {2, seq, position, length} | {3, reason}`.
+fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol("verdict", v));
+    };
+    let nums: Option<Vec<u64>> = items.iter().map(as_u64).collect();
+    match nums.as_deref() {
+        Some([1, expiry]) => Ok(Verdict::Admitted {
+            session_expires_ms: *expiry,
+        }),
+        Some([2, seq, position, queue_length]) => Ok(Verdict::Queued(QueuePlace {
+            seq: *seq,
+            position: *position,
+            queue_length: *queue_length,
+        })),
+        Some([3, 1]) => Ok(Verdict::Rejected(RejectReason::Closed)),
+        Some([3, 2]) => Ok(Verdict::Rejected(RejectReason::QueueFull)),
+        Some([3, 3]) => Ok(Verdict::Rejected(RejectReason::OverLimit)),
+        _ => Err(protocol("verdict", v)),
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
     async fn arrive(
         &self,
-        _: &super::RoomPolicy,
-        _: super::VisitorId,
-        _: u64,
-    ) -> Result<super::Verdict, super::StoreError> {
-        unimplemented!()
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Self::room_call(&self.scripts.arrive, &keys, room, now_ms);
+        inv.arg(visitor.to_hex());
+        decode_verdict(&self.run(&inv).await?)
     }
+
     async fn poll(
         &self,
-        _: &super::RoomPolicy,
-        _: super::VisitorId,
-        _: u64,
-        _: u64,
-    ) -> Result<super::Verdict, super::StoreError> {
-        unimplemented!()
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Self::room_call(&self.scripts.poll, &keys, room, now_ms);
+        inv.arg(visitor.to_hex()).arg(seq);
+        decode_verdict(&self.run(&inv).await?)
     }
+
     async fn check_in(
         &self,
-        _: &super::RoomPolicy,
-        _: super::VisitorId,
-        _: u64,
-        _: u64,
-    ) -> Result<Option<u64>, super::StoreError> {
-        unimplemented!()
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Option<Millis>, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Self::room_call(&self.scripts.check_in, &keys, room, now_ms);
+        inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
+        match self.run(&inv).await? {
+            Value::Nil => Ok(None),
+            v => as_u64(&v).map(Some).ok_or_else(|| protocol("check_in", &v)),
+        }
     }
+
     async fn release(
         &self,
-        _: &super::RoomPolicy,
-        _: super::VisitorId,
-        _: u64,
-    ) -> Result<bool, super::StoreError> {
-        unimplemented!()
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Self::room_call(&self.scripts.release, &keys, room, now_ms);
+        inv.arg(visitor.to_hex());
+        match self.run(&inv).await? {
+            Value::Int(0) => Ok(false),
+            Value::Int(1) => Ok(true),
+            v => Err(protocol("release", &v)),
+        }
     }
-    async fn stats(
-        &self,
-        _: &super::RoomPolicy,
-        _: u64,
-    ) -> Result<super::RoomStats, super::StoreError> {
-        unimplemented!()
+
+    async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let inv = Self::room_call(&self.scripts.stats, &keys, room, now_ms);
+        let reply = self.run(&inv).await?;
+        let bad = || protocol("stats", &reply);
+        let Value::Array(items) = &reply else {
+            return Err(bad());
+        };
+        let [active, queued, admitted, oldest] = items.as_slice() else {
+            return Err(bad());
+        };
+        let count = |v: &Value| as_u64(v).ok_or_else(bad);
+        // -1 stands for an empty window.
+        let oldest_admission_ms = match oldest {
+            Value::Int(-1) => None,
+            v => Some(count(v)?),
+        };
+        Ok(RoomStats {
+            active: count(active)?,
+            queued: count(queued)?,
+            admitted_last_minute: count(admitted)?,
+            oldest_admission_ms,
+        })
     }
-    async fn totals(&self, _: &super::RoomPolicy) -> Result<super::RoomTotals, super::StoreError> {
-        unimplemented!()
+
+    async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = self.scripts.totals.prepare_invoke();
+        inv.key(keys.meta());
+        let [admitted, queued, rejected, abandoned] = ints::<4>("totals", &self.run(&inv).await?)?;
+        Ok(RoomTotals {
+            admitted,
+            queued,
+            rejected,
+            abandoned,
+        })
     }
-    async fn overrides(&self, _: &str) -> Result<Option<super::RoomOverrides>, super::StoreError> {
-        unimplemented!()
+
+    async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = self.scripts.reset.prepare_invoke();
+        for key in &keys.0 {
+            inv.key(key.as_str());
+        }
+        self.run(&inv).await.map(|_| ())
     }
+
+    async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+        let mut inv = self.scripts.overrides.prepare_invoke();
+        inv.key(RoomKeys::overrides(room));
+        match self.run(&inv).await? {
+            Value::Nil => Ok(None),
+            Value::BulkString(json) => serde_json::from_slice(&json)
+                .map(Some)
+                .map_err(|e| StoreError::Protocol(format!("overrides: {e}"))),
+            v => Err(protocol("overrides", &v)),
+        }
+    }
+
     async fn set_overrides(
         &self,
-        _: &str,
-        _: Option<&super::RoomOverrides>,
-    ) -> Result<(), super::StoreError> {
-        unimplemented!()
+        room: &str,
+        overrides: Option<&RoomOverrides>,
+    ) -> Result<(), StoreError> {
+        let mut inv = self.scripts.set_overrides.prepare_invoke();
+        inv.key(RoomKeys::overrides(room));
+        if let Some(o) = overrides {
+            let json = serde_json::to_string(o)
+                .map_err(|e| StoreError::Protocol(format!("overrides: {e}")))?;
+            inv.arg(json);
+        }
+        self.run(&inv).await.map(|_| ())
     }
-    async fn reset(&self, _: &super::RoomPolicy) -> Result<(), super::StoreError> {
-        unimplemented!()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_keys_share_one_hash_tag() {
+        let keys = RoomKeys::new("shop");
+        for key in &keys.0 {
+            assert!(key.starts_with("wr:{shop}:"), "{key}");
+        }
+        assert_eq!(keys.meta(), "wr:{shop}:meta");
+    }
+
+    #[test]
+    fn verdicts_decode() {
+        let v = |xs: &[i64]| Value::Array(xs.iter().map(|x| Value::Int(*x)).collect());
+        assert_eq!(
+            decode_verdict(&v(&[1, 5])).ok(),
+            Some(Verdict::Admitted {
+                session_expires_ms: 5
+            })
+        );
+        assert_eq!(
+            decode_verdict(&v(&[2, 9, 1, 3])).ok(),
+            Some(Verdict::Queued(QueuePlace {
+                seq: 9,
+                position: 1,
+                queue_length: 3
+            }))
+        );
+        assert_eq!(
+            decode_verdict(&v(&[3, 2])).ok(),
+            Some(Verdict::Rejected(RejectReason::QueueFull))
+        );
+        assert!(decode_verdict(&v(&[3, 9])).is_err());
+        assert!(decode_verdict(&v(&[1, -5])).is_err());
+        assert!(decode_verdict(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn key_ttl_outlives_sessions_queue_and_window() {
+        let room = RoomPolicy {
+            room: "r".into(),
+            total_active_users: 1,
+            new_users_per_minute: 0,
+            session_duration_ms: 10_000,
+            session_renewal: true,
+            method: QueueingMethod::Fifo,
+            max_queue_length: 0,
+            abandon_after_ms: 5_000,
+            arrival_grace_ms: 1_000,
+            state: RoomState::Open,
+        };
+        assert_eq!(key_ttl_ms(&room), RATE_WINDOW_MS + KEY_TTL_MARGIN_MS);
+        let long = RoomPolicy {
+            abandon_after_ms: 7_200_000,
+            ..room
+        };
+        assert_eq!(key_ttl_ms(&long), 7_200_000 + KEY_TTL_MARGIN_MS);
     }
 }

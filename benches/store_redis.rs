@@ -1,0 +1,346 @@
+//! Figures for the Redis store on a throwaway loopback `redis-server`:
+//! memory per queued visitor and per active session, Redis commands and
+//! server time per operation, and decisions per second with N concurrent
+//! callers, next to a PING baseline measured in the same run.
+//!
+//! `cargo bench --bench store_redis`; `WR_BENCH_N` (default 100000) sets the
+//! number of visitors, `WR_BENCH_SECS` (default 5) each timed run.
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use waitroom::clock::{Clock, SystemClock};
+use waitroom::store::redis::RedisStore;
+use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+
+const CONCURRENCY: usize = 64;
+const BATCH: usize = 1000;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn room(name: &str, cap: u64) -> RoomPolicy {
+    RoomPolicy {
+        room: Arc::from(name),
+        total_active_users: cap,
+        new_users_per_minute: 0,
+        session_duration_ms: 600_000,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: 600_000,
+        arrival_grace_ms: 30_000,
+        state: RoomState::Open,
+    }
+}
+
+fn used_memory(server: &RedisServer) -> i64 {
+    server
+        .info_field("memory", "used_memory")
+        .and_then(|v| v.parse().ok())
+        .expect("used_memory")
+}
+
+fn key_bytes(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cmd::<Option<i64>>(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+        .unwrap_or(0)
+}
+
+/// `(calls, usec)` summed over every command but EVALSHA, and EVALSHA's own.
+fn commandstats(server: &RedisServer) -> ((u64, u64), (u64, u64)) {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    let mut inner = (0, 0);
+    let mut script = (0, 0);
+    for line in info.lines() {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let field = |f: &str| -> u64 {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix(f)?.parse().ok())
+                .unwrap_or(0)
+        };
+        let (calls, usec) = (field("calls="), field("usec="));
+        match name {
+            "cmdstat_evalsha" => script = (calls, usec),
+            "cmdstat_config|resetstat" | "cmdstat_info" => {}
+            _ => {
+                inner.0 += calls;
+                inner.1 += usec;
+            }
+        }
+    }
+    (inner, script)
+}
+
+/// Runs `n` operations, `BATCH` at a time concurrently.
+async fn fill<F, Fut>(n: u64, op: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut i = 0;
+    while i < n {
+        let end = (i + BATCH as u64).min(n);
+        futures_util::future::join_all((i..end).map(&op)).await;
+        i = end;
+    }
+}
+
+fn vid(n: u64) -> VisitorId {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&n.to_be_bytes());
+    b[8..].copy_from_slice(&(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes());
+    VisitorId(b)
+}
+
+async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
+    let now = SystemClock.now_ms();
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let before = used_memory(server);
+    let mut queued = room("mem-queue", 1);
+    queued.state = RoomState::Paused;
+    fill(n, |i| {
+        let p = &queued;
+        async move {
+            let v = store.arrive(p, vid(i), now).await.expect("arrive");
+            assert!(matches!(v, Verdict::Queued(_)));
+        }
+    })
+    .await;
+    let after = used_memory(server);
+    let q = key_bytes(server, "wr:{mem-queue}:queue");
+    let polls = key_bytes(server, "wr:{mem-queue}:polls");
+    println!(
+        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1} + last-poll ZSET {:.1})",
+        after - before,
+        (after - before) as f64 / n as f64,
+        q as f64 / n as f64,
+        polls as f64 / n as f64
+    );
+
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let before = used_memory(server);
+    let active = room("mem-active", 0);
+    fill(n, |i| {
+        let p = &active;
+        async move {
+            let v = store.arrive(p, vid(i), now).await.expect("arrive");
+            assert!(matches!(v, Verdict::Admitted { .. }));
+        }
+    })
+    .await;
+    let after = used_memory(server);
+    let sessions = key_bytes(server, "wr:{mem-active}:sessions");
+    let admits = key_bytes(server, "wr:{mem-active}:admits");
+    println!(
+        "active sessions: {n}: used_memory +{} B = {:.1} B/session (sessions ZSET {:.1}; the 60 s admissions window adds {:.1} per admission while it lasts)",
+        after - before,
+        (after - before) as f64 / n as f64,
+        sessions as f64 / n as f64,
+        admits as f64 / n as f64
+    );
+}
+
+async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
+    let now = SystemClock.now_ms();
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let p = room("cmds", 1000);
+    let k = 1000u64;
+    // Warm-up loads every script, and fills the room so the next arrivals queue.
+    let mut seqs = Vec::new();
+    for i in 0..k {
+        store.arrive(&p, vid(i), now).await.expect("arrive");
+    }
+    let report = |what: &str, server: &RedisServer| {
+        let ((calls, usec), (scripts, script_usec)) = commandstats(server);
+        println!(
+            "{what}: {:.1} Redis commands inside {:.1} script runs per op; server time {:.1} us/op (commands {:.1} us)",
+            calls as f64 / k as f64,
+            scripts as f64 / k as f64,
+            script_usec as f64 / k as f64,
+            usec as f64 / k as f64
+        );
+    };
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for i in k..2 * k {
+        match store.arrive(&p, vid(i), now).await.expect("arrive") {
+            Verdict::Queued(q) => seqs.push((i, q.seq)),
+            other => panic!("expected a queue place, got {other:?}"),
+        }
+    }
+    report("arrive (queued)", server);
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for &(i, seq) in &seqs {
+        store.poll(&p, vid(i), seq, now + 1).await.expect("poll");
+    }
+    report("poll (still queued)", server);
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for i in 0..k {
+        store
+            .check_in(&p, vid(i), now + 2, now + 2)
+            .await
+            .expect("check_in");
+    }
+    report("check_in (renewed)", server);
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let open = room("cmds-open", 0);
+    store.arrive(&open, vid(0), now).await.expect("arrive");
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for i in 1..=k {
+        store.arrive(&open, vid(i), now).await.expect("arrive");
+    }
+    report("arrive (admitted)", server);
+}
+
+/// Runs `op` from `CONCURRENCY` tasks for `secs`; returns ops/s and p50/p99.
+async fn timed<F, Fut>(secs: u64, op: F) -> (f64, Duration, Duration)
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let counter = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let op = Arc::clone(&op);
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let i = counter.fetch_add(1, Ordering::Relaxed);
+                    let t = Instant::now();
+                    op(i).await;
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.expect("task"));
+    }
+    let took = started.elapsed();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    (lat.len() as f64 / took.as_secs_f64(), pct(0.5), pct(0.99))
+}
+
+async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: u64) {
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let client = redis::Client::open(server.url()).expect("client");
+    let ping_conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("ping connection");
+    let (rate, p50, p99) = timed(secs, move |_| {
+        let mut c = ping_conn.clone();
+        async move {
+            let _: String = redis::cmd("PING").query_async(&mut c).await.expect("ping");
+        }
+    })
+    .await;
+    println!("baseline PING: {rate:.0}/s (p50 {p50:?}, p99 {p99:?}), {CONCURRENCY} callers");
+
+    let report = |what: &str, (rate, p50, p99): (f64, Duration, Duration)| {
+        println!("{what}: {rate:.0}/s (p50 {p50:?}, p99 {p99:?}), {CONCURRENCY} callers",);
+    };
+    let s = Arc::clone(&store);
+    let open = Arc::new(room("tp-open", 0));
+    report(
+        "arrive, admitted (new-visitor decisions)",
+        timed(secs, move |i| {
+            let (s, p) = (Arc::clone(&s), Arc::clone(&open));
+            async move {
+                s.arrive(&p, vid(i), SystemClock.now_ms())
+                    .await
+                    .expect("arrive");
+            }
+        })
+        .await,
+    );
+
+    let s = Arc::clone(&store);
+    let full = Arc::new(room("tp-full", 1));
+    store
+        .arrive(&full, vid(u64::MAX), SystemClock.now_ms())
+        .await
+        .expect("arrive");
+    report(
+        "arrive, queued behind a full room",
+        timed(secs, move |i| {
+            let (s, p) = (Arc::clone(&s), Arc::clone(&full));
+            async move {
+                s.arrive(&p, vid(i), SystemClock.now_ms())
+                    .await
+                    .expect("arrive");
+            }
+        })
+        .await,
+    );
+
+    // Polls against a queue of `n` waiting visitors.
+    let mut paused = room("tp-poll", 1);
+    paused.state = RoomState::Paused;
+    let now = SystemClock.now_ms();
+    let seqs = Arc::new(tokio::sync::Mutex::new(Vec::with_capacity(n as usize)));
+    fill(n, |i| {
+        let (p, seqs, store) = (&paused, Arc::clone(&seqs), &store);
+        async move {
+            if let Verdict::Queued(q) = store.arrive(p, vid(i), now).await.expect("arrive") {
+                seqs.lock().await.push((i, q.seq));
+            }
+        }
+    })
+    .await;
+    let seqs = Arc::new(std::mem::take(&mut *seqs.lock().await));
+    let s = Arc::clone(&store);
+    let paused = Arc::new(paused);
+    report(
+        &format!("poll in a queue of {n}"),
+        timed(secs, move |i| {
+            let (s, p, seqs) = (Arc::clone(&s), Arc::clone(&paused), Arc::clone(&seqs));
+            async move {
+                let (v, seq) = seqs[(i as usize * 7919) % seqs.len()];
+                s.poll(&p, vid(v), seq, SystemClock.now_ms())
+                    .await
+                    .expect("poll");
+            }
+        })
+        .await,
+    );
+}
+
+fn main() {
+    let n = env_or("WR_BENCH_N", 100_000);
+    let secs = env_or("WR_BENCH_SECS", 5);
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let store = Arc::new(
+            RedisStore::connect(&[server.url()], Duration::from_secs(5))
+                .await
+                .expect("connect"),
+        );
+        println!("redis-server on 127.0.0.1:{}", server.port());
+        memory(&server, &store, n).await;
+        commands_per_op(&server, &store).await;
+        throughput(&server, store, n, secs).await;
+    });
+}

@@ -1,0 +1,30 @@
+-- check_in: an admitted visitor checks in. ARGV[12] = visitor,
+-- ARGV[13] = the session expiry its ticket carries.
+-- Returns the session expiry, or nil when the session was ended or expired.
+local visitor = ARGV[12]
+local ticket_expiry = tonumber(ARGV[13])
+
+housekeep()
+promote()
+
+local expiry = session_of(visitor)
+if not expiry then
+    if redis.call('ZSCORE', K_ENDED, visitor) or ticket_expiry <= now then
+        touch()
+        return false
+    end
+    -- Redis lost a live session (restart without persistence, FLUSHALL):
+    -- the ticket proves the admission, so the session is counted again.
+    expiry = ticket_expiry
+    redis.call('ZADD', K_SESSIONS, expiry, visitor)
+end
+if renewal then
+    -- Renewal extends; it never cuts short a promoted visitor's grace.
+    local renewed = now + session_ms
+    if renewed > expiry then
+        redis.call('ZADD', K_SESSIONS, 'XX', renewed, visitor)
+        expiry = renewed
+    end
+end
+touch()
+return expiry

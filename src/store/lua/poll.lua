@@ -1,0 +1,48 @@
+-- poll: a queued visitor polls. ARGV[12] = visitor, ARGV[13] = the seq its
+-- ticket carries. Returns a verdict like arrive.
+local visitor = ARGV[12]
+local seq = tonumber(ARGV[13])
+
+housekeep()
+promote()
+
+local function decide()
+    local expiry = session_of(visitor)
+    if expiry then
+        return { ADMITTED, expiry }
+    end
+    local queued = redis.call('ZSCORE', K_QUEUE, visitor)
+    if state == 'closed' then
+        if queued then
+            -- Keep the place: a room that reopens finds its queue as it was.
+            touch_poll(visitor)
+        end
+        return { REJECTED, R_CLOSED }
+    end
+    if method == 'passthrough' then
+        -- No queue in this method: whoever still waits from before goes in.
+        if queued then
+            redis.call('ZREM', K_QUEUE, visitor)
+            redis.call('ZREM', K_POLLS, visitor)
+        end
+        return admit(visitor)
+    end
+    if queued then
+        touch_poll(visitor)
+        return place_of(visitor)
+    end
+    -- The store lost the entry (flush, failover, expired keys) but the ticket
+    -- still holds the visitor's order: put it back where it was (I5). The
+    -- visitor may now be at the head, so promotion runs again.
+    enqueue(visitor, seq)
+    promote()
+    expiry = session_of(visitor)
+    if expiry then
+        return { ADMITTED, expiry }
+    end
+    return place_of(visitor)
+end
+
+local verdict = decide()
+touch()
+return verdict

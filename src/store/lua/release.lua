@@ -1,0 +1,19 @@
+-- release: ends a visitor's session or queue place. ARGV[12] = visitor.
+-- Returns 1 if there was one, else 0. The room it frees goes to the queue
+-- in the next operation's promotion, as with every other change.
+local visitor = ARGV[12]
+
+housekeep()
+promote()
+local expiry = session_of(visitor)
+local removed = 0
+if expiry then
+    -- Remembered until it would have expired, so its ticket cannot bring it back.
+    redis.call('ZADD', K_ENDED, expiry, visitor)
+    removed = redis.call('ZREM', K_SESSIONS, visitor)
+else
+    removed = redis.call('ZREM', K_QUEUE, visitor)
+    redis.call('ZREM', K_POLLS, visitor)
+end
+touch()
+return removed

@@ -1,0 +1,361 @@
+//! The Redis store against a throwaway single `redis-server`: the store
+//! conformance suite, then what only the Redis backend can get wrong (scripts
+//! flushed, a frozen or restarted server, key layout, one round trip per
+//! operation, bounded script runs).
+
+mod conformance;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use waitroom::clock::Millis;
+use waitroom::store::redis::RedisStore;
+use waitroom::store::{
+    QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, StoreError, Verdict, VisitorId,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+const T0: Millis = 1_800_000_000_000;
+const SESSION: Millis = 300_000;
+const ABANDON: Millis = 120_000;
+
+fn vid(n: u64) -> VisitorId {
+    let mut b = [0u8; 16];
+    b[8..].copy_from_slice(&n.to_be_bytes());
+    VisitorId(b)
+}
+
+fn policy(cap: u64, rate: u64) -> RoomPolicy {
+    RoomPolicy {
+        room: Arc::from("room-a"),
+        total_active_users: cap,
+        new_users_per_minute: rate,
+        session_duration_ms: SESSION,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: ABANDON,
+        arrival_grace_ms: 30_000,
+        state: RoomState::Open,
+    }
+}
+
+#[track_caller]
+fn place(v: &Verdict) -> QueuePlace {
+    match v {
+        Verdict::Queued(p) => *p,
+        other => panic!("expected Queued, got {other:?}"),
+    }
+}
+
+fn is_admitted(v: &Verdict) -> bool {
+    matches!(v, Verdict::Admitted { .. })
+}
+
+async fn start() -> (RedisServer, RedisStore) {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let store = RedisStore::connect(&[server.url()], TIMEOUT).await.unwrap();
+    (server, store)
+}
+
+conformance::store_conformance!(|| async {
+    let (server, store) = start().await;
+    let mut harness = conformance::Harness::new(Arc::new(store));
+    harness.guard = Some(Box::new(server));
+    harness
+});
+
+// Contract details the conformance suite does not pin (yet).
+
+#[tokio::test]
+async fn abandon_after_zero_disables_abandonment() {
+    let (_server, store) = start().await;
+    let mut p = policy(1, 0);
+    p.abandon_after_ms = 0;
+    p.state = RoomState::Paused;
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    assert_eq!(
+        store.stats(&p, T0 + 1000 * ABANDON).await.unwrap().queued,
+        1
+    );
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 0);
+}
+
+#[tokio::test]
+async fn seq_is_unique_and_increasing_within_one_millisecond() {
+    let (_server, store) = start().await;
+    let mut p = policy(0, 0);
+    p.state = RoomState::Paused;
+    let mut last = 0;
+    for i in 0..50 {
+        let q = place(&store.arrive(&p, vid(i), T0).await.unwrap());
+        assert!(q.seq > last);
+        assert_eq!(q.position, i + 1);
+        last = q.seq;
+    }
+    let q = place(&store.arrive(&p, vid(99), T0 + 1000).await.unwrap());
+    assert_eq!(q.seq, waitroom::store::next_seq(T0 + 1000, last));
+}
+
+#[tokio::test]
+async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(0), T0).await.unwrap()));
+    let mut seqs = Vec::new();
+    for i in 1..=5 {
+        seqs.push(place(&store.arrive(&p, vid(i), T0 + i).await.unwrap()).seq);
+    }
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let mut paused = p.clone();
+    paused.state = RoomState::Paused;
+    // Polls arrive in reverse order; the queue still ends up in ticket order.
+    for i in (1..=5u64).rev() {
+        store
+            .poll(&paused, vid(i), seqs[i as usize - 1], T0 + 100)
+            .await
+            .unwrap();
+    }
+    for i in 1..=5u64 {
+        let q = place(
+            &store
+                .poll(&paused, vid(i), seqs[i as usize - 1], T0 + 200)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            (q.position, q.queue_length, q.seq),
+            (i, 5, seqs[i as usize - 1])
+        );
+    }
+    // The session was lost too, so there is room: the head goes in first.
+    let v = store.poll(&p, vid(3), seqs[2], T0 + 300).await.unwrap();
+    assert_eq!(place(&v).position, 2);
+    assert!(is_admitted(
+        &store.poll(&p, vid(1), seqs[0], T0 + 300).await.unwrap()
+    ));
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let (server, store) = start().await;
+    let p = policy(0, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(is_admitted(&store.arrive(&p, vid(2), T0).await.unwrap()));
+    assert!(store
+        .check_in(&p, vid(1), T0 + 1, T0 + 1)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 2);
+}
+
+#[tokio::test]
+async fn every_operation_is_one_script_call() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    // Warm up so no SCRIPT LOAD is counted below.
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    store.poll(&p, vid(2), q.seq, T0).await.unwrap();
+    store.check_in(&p, vid(1), T0, T0).await.unwrap();
+    store.release(&p, vid(9), T0).await.unwrap();
+    store.stats(&p, T0).await.unwrap();
+    store.totals(&p).await.unwrap();
+    store.reset(&p).await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    store.poll(&p, vid(2), q.seq, T0).await.unwrap();
+    store.check_in(&p, vid(1), T0, T0).await.unwrap();
+    store.release(&p, vid(1), T0).await.unwrap();
+    store.stats(&p, T0).await.unwrap();
+    store.totals(&p).await.unwrap();
+    store.reset(&p).await.unwrap();
+    let calls = |name: &str| -> u64 {
+        server
+            .info_field("commandstats", &format!("cmdstat_{name}"))
+            .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
+            .unwrap_or(0)
+    };
+    let all: String = server.cmd(&["INFO", "commandstats"]);
+    assert_eq!(calls("evalsha"), 7, "{all}");
+    assert_eq!(calls("eval") + calls("script|load"), 0);
+}
+
+#[tokio::test]
+async fn room_keys_share_the_room_tag_expire_and_hold_hex_visitors() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    store.arrive(&p, vid(2), T0).await.unwrap();
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["admits", "meta", "polls", "queue", "sessions"].map(|k| format!("wr:{{room-a}}:{k}"))
+    );
+    for key in &keys {
+        let ttl: i64 = server.cmd(&["PTTL", key]);
+        let most = (p.session_duration_ms + p.arrival_grace_ms + 3_600_000) as i64;
+        assert!(ttl > 0 && ttl <= most, "{key}: {ttl}");
+    }
+    let sessions: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:sessions", "0", "-1"]);
+    assert_eq!(sessions, [vid(1).to_hex()]);
+    let queue: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:queue", "0", "-1"]);
+    assert_eq!(queue, [vid(2).to_hex()]);
+    store.reset(&p).await.unwrap();
+    // Only the record of the ended session is left, and it expires with it.
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    assert_eq!(keys, ["wr:{room-a}:ended"]);
+    let ended: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:ended", "0", "-1"]);
+    assert_eq!(ended, [vid(1).to_hex()]);
+    let at: i64 = server.cmd(&["PEXPIRETIME", "wr:{room-a}:ended"]);
+    assert_eq!(at as u64, T0 + p.session_duration_ms);
+}
+
+#[tokio::test]
+async fn promotion_is_bounded_per_script_run() {
+    let (_server, store) = start().await;
+    let mut p = policy(0, 0);
+    p.state = RoomState::Paused;
+    for i in 0..2500 {
+        store.arrive(&p, vid(i), T0).await.unwrap();
+    }
+    p.state = RoomState::Open;
+    let first = store.stats(&p, T0).await.unwrap();
+    assert_eq!((first.active, first.queued), (1000, 1500));
+    store.stats(&p, T0).await.unwrap();
+    let third = store.stats(&p, T0).await.unwrap();
+    assert_eq!((third.active, third.queued), (2500, 0));
+}
+
+#[tokio::test]
+async fn frozen_server_times_out_within_the_bound() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let timeout = Duration::from_millis(300);
+    let store = RedisStore::connect(&[server.url()], timeout).await.unwrap();
+    let p = policy(0, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    server.pause();
+    for i in 2..5 {
+        let started = Instant::now();
+        let result = store.arrive(&p, vid(i), T0).await;
+        let took = started.elapsed();
+        assert!(matches!(result, Err(StoreError::Timeout)), "{result:?}");
+        assert!(
+            took >= timeout && took < timeout + Duration::from_millis(250),
+            "{took:?}"
+        );
+    }
+    server.resume();
+    assert!(is_admitted(&store.arrive(&p, vid(9), T0).await.unwrap()));
+}
+
+#[tokio::test]
+async fn reconnects_after_the_server_restarts_on_the_same_port() {
+    let mut server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let timeout = Duration::from_millis(500);
+    let store = RedisStore::connect(&[server.url()], timeout).await.unwrap();
+    let p = policy(0, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    server.stop();
+    for i in 0..3 {
+        let started = Instant::now();
+        let result = store.arrive(&p, vid(2), T0).await;
+        assert!(
+            matches!(
+                result,
+                Err(StoreError::Unavailable(_) | StoreError::Timeout)
+            ),
+            "attempt {i}: {result:?}"
+        );
+        assert!(started.elapsed() < timeout + Duration::from_millis(250));
+    }
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    // The connection comes back on its own; the data (no persistence) does not.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.stats(&p, T0).await {
+            Ok(stats) => {
+                assert_eq!(stats.active, 0);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "never reconnected: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(is_admitted(&store.arrive(&p, vid(3), T0).await.unwrap()));
+    drop(server);
+}
+
+#[tokio::test]
+async fn connect_fails_fast_when_nothing_listens() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let timeout = Duration::from_millis(500);
+    let result = RedisStore::connect(&[format!("redis://127.0.0.1:{port}/")], timeout).await;
+    assert!(
+        matches!(
+            result,
+            Err(StoreError::Unavailable(_) | StoreError::Timeout)
+        ),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < timeout + Duration::from_millis(250));
+    let none = RedisStore::connect(&[], timeout).await;
+    assert!(matches!(none, Err(StoreError::Unavailable(_))));
+}
+
+#[tokio::test]
+async fn errors_never_carry_the_password() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{}/", server.port());
+    let err = RedisStore::connect(&[url], TIMEOUT)
+        .await
+        .expect_err("no password is configured, so AUTH fails");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let bad = RedisStore::connect(&["not a url".to_string()], TIMEOUT).await;
+    assert!(matches!(bad, Err(StoreError::Unavailable(_))), "{bad:?}");
+}
+
+#[tokio::test]
+async fn many_instances_share_one_room() {
+    let (server, a) = start().await;
+    let b = RedisStore::connect(&[server.url()], TIMEOUT).await.unwrap();
+    let p = policy(50, 0);
+    let (ra, rb) = tokio::join!(
+        futures_util::future::join_all((0..300).map(|i| a.arrive(&p, vid(i), T0))),
+        futures_util::future::join_all((300..600).map(|i| b.arrive(&p, vid(i), T0))),
+    );
+    let verdicts: Vec<Verdict> = ra.into_iter().chain(rb).map(Result::unwrap).collect();
+    assert_eq!(verdicts.iter().filter(|v| is_admitted(v)).count(), 50);
+    let mut positions: Vec<u64> = verdicts
+        .iter()
+        .filter(|v| !is_admitted(v))
+        .map(|v| place(v).position)
+        .collect();
+    positions.sort_unstable();
+    assert_eq!(positions, (1..=550).collect::<Vec<u64>>());
+}
