@@ -95,9 +95,27 @@ impl Harness {
         store: Option<SharedStore>,
     ) -> Self {
         let origin = origin::Origin::start().await;
+        Self::start_full(tweak, store, origin, ManualClock::new(T0)).await
+    }
+
+    /// A daemon in front of an existing origin, on an existing clock (a
+    /// restart of the daemon).
+    pub async fn start_on(
+        tweak: impl FnOnce(&mut Config),
+        origin: origin::Origin,
+        clock: ManualClock,
+    ) -> Self {
+        Self::start_full(tweak, None, origin, clock).await
+    }
+
+    async fn start_full(
+        tweak: impl FnOnce(&mut Config),
+        store: Option<SharedStore>,
+        origin: origin::Origin,
+        clock: ManualClock,
+    ) -> Self {
         let mut cfg = config(origin.addr);
         tweak(&mut cfg);
-        let clock = ManualClock::new(T0);
         let daemon = Daemon::start(
             &cfg,
             Deps {
@@ -116,6 +134,11 @@ impl Harness {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.daemon.addr, path)
+    }
+
+    pub fn clock_now(&self) -> u64 {
+        use waitroom::clock::Clock;
+        self.clock.now_ms()
     }
 
     /// The daemon's store.

@@ -1,0 +1,284 @@
+//! The daemon on a real Redis: restarts and data loss lose nobody (I5), and
+//! Redis failures follow `store.fail_mode` within `store.timeout` (I6).
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use support::{from_origin, set_cookie, Harness};
+use waitroom::config::{Backend, Config, FailMode};
+
+const COOKIE: &str = "waitroom_shop";
+
+async fn redis() -> RedisServer {
+    tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+}
+
+fn on_redis(server: &RedisServer, mode: FailMode) -> impl FnOnce(&mut Config) + '_ {
+    move |c: &mut Config| {
+        c.store.backend = Backend::Redis {
+            urls: vec![server.url()],
+        };
+        c.store.timeout = Duration::from_millis(200);
+        c.store.fail_mode = mode;
+        c.rooms[0].abandon_after = Duration::from_secs(300);
+    }
+}
+
+async fn status(h: &Harness, v: &reqwest::Client) -> serde_json::Value {
+    v.get(h.url("/__waitroom/status?room=shop"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn visitor_id(resp: reqwest::Response) -> String {
+    let echo: serde_json::Value = resp.json().await.unwrap();
+    echo["headers"]["x-waitroom-visitor"][0]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_daemon_keeps_every_queued_place_and_admitted_session() {
+    let server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Open)(c);
+        c.rooms[0].total_active_users = 2;
+    })
+    .await;
+    let admitted: Vec<_> = (0..2).map(|_| h.visitor()).collect();
+    let mut ids = Vec::new();
+    for v in &admitted {
+        ids.push(visitor_id(v.get(h.url("/")).send().await.unwrap()).await);
+    }
+    let queued: Vec<_> = (0..3).map(|_| h.visitor()).collect();
+    for v in &queued {
+        assert!(!from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    }
+    let clock = h.clock.clone();
+    let Harness { daemon, origin, .. } = h;
+    daemon.shutdown().await;
+
+    // A new daemon process would start exactly like this: same Redis, same keys.
+    let h2 = Harness::start_on(
+        |c| {
+            on_redis(&server, FailMode::Open)(c);
+            c.rooms[0].total_active_users = 2;
+        },
+        origin,
+        clock,
+    )
+    .await;
+    for (i, v) in queued.iter().enumerate() {
+        let s = status(&h2, v).await;
+        assert_eq!(
+            (s["state"].as_str(), s["position"].as_u64()),
+            (Some("queued"), Some(i as u64 + 1))
+        );
+    }
+    for (v, id) in admitted.iter().zip(&ids) {
+        let resp = v.get(h2.url("/")).send().await.unwrap();
+        assert!(from_origin(&resp));
+        assert_eq!(&visitor_id(resp).await, id, "same session");
+    }
+    let stats = h2.store().stats(&h2.policy(), support::T0).await.unwrap();
+    assert_eq!((stats.active, stats.queued), (2, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_flushall_polling_visitors_get_their_places_back_and_sessions_count_again() {
+    let server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Open)(c);
+        c.rooms[0].total_active_users = 2;
+    })
+    .await;
+    let admitted: Vec<_> = (0..2).map(|_| h.visitor()).collect();
+    let mut ids = Vec::new();
+    for v in &admitted {
+        ids.push(visitor_id(v.get(h.url("/")).send().await.unwrap()).await);
+    }
+    let queued: Vec<_> = (0..3).map(|_| h.visitor()).collect();
+    for v in &queued {
+        assert!(!from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    }
+
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let stats = h.store().stats(&h.policy(), support::T0).await.unwrap();
+    assert_eq!(
+        (stats.active, stats.queued),
+        (0, 0),
+        "Redis lost everything"
+    );
+
+    // Admitted visitors check in (a quarter of the 60 s session later): their
+    // tickets re-create the sessions, so the room is full again.
+    h.clock.advance(Duration::from_secs(16));
+    for (v, id) in admitted.iter().zip(&ids) {
+        let resp = v.get(h.url("/")).send().await.unwrap();
+        assert!(from_origin(&resp));
+        assert_eq!(&visitor_id(resp).await, id);
+    }
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    assert_eq!(stats.active, 2, "admitted visitors are counted again");
+
+    // Queued visitors poll back in reverse order and still end up in their
+    // original order, ahead of anyone who arrives after the loss.
+    for v in queued.iter().rev() {
+        assert_eq!(status(&h, v).await["state"], "queued");
+    }
+    let late = h.visitor();
+    assert!(!from_origin(&late.get(h.url("/")).send().await.unwrap()));
+    for (i, v) in queued.iter().enumerate() {
+        assert_eq!(status(&h, v).await["position"], i as u64 + 1);
+    }
+    assert_eq!(status(&h, &late).await["position"], 4);
+}
+
+/// Kills Redis.
+fn outage(server: &mut RedisServer) {
+    tokio::task::block_in_place(|| server.stop());
+}
+
+/// Restarts Redis (empty) and waits, bounded, until the daemon records its
+/// decisions there again.
+async fn recovers(h: &Harness, server: &mut RedisServer) {
+    tokio::task::block_in_place(|| server.restart());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = h.bare().get(h.url("/")).send().await.unwrap();
+        // Redis came back empty: one recorded decision shows the daemon uses it again.
+        let active = match h.store().stats(&h.policy(), h.clock_now()).await {
+            Ok(stats) => stats.active,
+            Err(_) => 0,
+        };
+        if active >= 1 && set_cookie(&resp, COOKIE).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemon did not resume after Redis came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Times one request; the daemon must never wait on the store much longer
+/// than `store.timeout` (200 ms here).
+async fn timed(h: &Harness, client: &reqwest::Client) -> (reqwest::Response, Duration) {
+    let started = Instant::now();
+    let resp = client.get(h.url("/")).send().await.unwrap();
+    (resp, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_forwards_everyone_while_redis_is_down() {
+    let mut server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Open)(c);
+        c.rooms[0].total_active_users = 1;
+    })
+    .await;
+    let holder = h.visitor();
+    assert!(from_origin(&holder.get(h.url("/")).send().await.unwrap()));
+    assert!(
+        !from_origin(&h.bare().get(h.url("/")).send().await.unwrap()),
+        "room full"
+    );
+
+    outage(&mut server);
+    for _ in 0..20 {
+        let (resp, took) = timed(&h, &h.bare()).await;
+        assert!(from_origin(&resp), "open: forwarded");
+        assert!(
+            set_cookie(&resp, COOKIE).is_none(),
+            "no ticket without the store"
+        );
+        assert!(took < Duration::from_millis(700), "waited {took:?}");
+    }
+    assert!(from_origin(&holder.get(h.url("/")).send().await.unwrap()));
+    recovers(&h, &mut server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_serves_a_temporarily_unavailable_page() {
+    let mut server = redis().await;
+    let h = Harness::start(on_redis(&server, FailMode::Closed)).await;
+    assert!(from_origin(&h.bare().get(h.url("/")).send().await.unwrap()));
+    outage(&mut server);
+    for _ in 0..10 {
+        let (resp, took) = timed(&h, &h.bare()).await;
+        assert_eq!(resp.status(), 503);
+        assert!(resp.headers().contains_key("retry-after"));
+        let page = resp.text().await.unwrap();
+        assert!(page.contains("Temporarily unavailable"), "{page}");
+        assert!(!page.to_lowercase().contains("redis"), "no internals");
+        assert!(took < Duration::from_millis(700), "waited {took:?}");
+    }
+    recovers(&h, &mut server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_local_enforces_this_instances_share_of_the_limits() {
+    let mut server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Local)(c);
+        c.store.instances = 2;
+        c.rooms[0].total_active_users = 4;
+    })
+    .await;
+    outage(&mut server);
+    // Half of 4 for this instance.
+    let local: Vec<_> = (0..3).map(|_| h.visitor()).collect();
+    let mut forwarded = 0;
+    for v in &local {
+        let (resp, took) = timed(&h, v).await;
+        assert!(
+            set_cookie(&resp, COOKIE).is_some(),
+            "local mode still issues tickets"
+        );
+        forwarded += usize::from(from_origin(&resp));
+        assert!(took < Duration::from_millis(700), "waited {took:?}");
+    }
+    assert_eq!(forwarded, 2, "exactly this instance's share is admitted");
+    assert_eq!(status(&h, &local[2]).await["position"], 1);
+    recovers(&h, &mut server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_a_request_at_most_the_timeout() {
+    let server = redis().await;
+    let h = Harness::start(on_redis(&server, FailMode::Open)).await;
+    assert!(from_origin(&h.bare().get(h.url("/")).send().await.unwrap()));
+    server.pause();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let (resp, took) = timed(&h, &h.bare()).await;
+        assert!(from_origin(&resp));
+        slowest = slowest.max(took);
+    }
+    server.resume();
+    assert!(
+        slowest < Duration::from_millis(600),
+        "slowest request {slowest:?} (timeout 200 ms)"
+    );
+    // And the store is used again once it answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while set_cookie(&h.bare().get(h.url("/")).send().await.unwrap(), COOKIE).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "store not used again after resume"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
