@@ -214,8 +214,12 @@ async fn fail_open_forwards_everyone_while_redis_is_down() {
 async fn fail_closed_serves_a_temporarily_unavailable_page() {
     let mut server = redis().await;
     let h = Harness::start(on_redis(&server, FailMode::Closed)).await;
-    assert!(from_origin(&h.bare().get(h.url("/")).send().await.unwrap()));
+    let admitted = h.visitor();
+    assert!(from_origin(&admitted.get(h.url("/")).send().await.unwrap()));
     outage(&mut server);
+    // Past the check-in, an admitted visitor keeps going on a valid ticket.
+    h.clock.advance(Duration::from_secs(16));
+    assert!(from_origin(&admitted.get(h.url("/")).send().await.unwrap()));
     for _ in 0..10 {
         let (resp, took) = timed(&h, &h.bare()).await;
         assert_eq!(resp.status(), 503);

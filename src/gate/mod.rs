@@ -258,20 +258,26 @@ impl Gate {
                         ticket: None,
                     });
                 }
-                match self
+                let checked = self
                     .call(
                         via,
                         via.store
                             .check_in(&via.policy, visitor, session_expires_ms, now),
                     )
-                    .await?
-                {
-                    Some(expires) => Ok(Decision::Forward {
+                    .await;
+                match checked {
+                    Ok(Some(expires)) => Ok(Decision::Forward {
                         visitor,
                         ticket: Some(self.admitted_ticket(room, visitor, expires, now)),
                     }),
                     // Revoked, released or expired in the store: a new visitor.
-                    None => self.arrive(room, now, via).await,
+                    Ok(None) => self.arrive(room, now, via).await,
+                    // The ticket is valid; an unreachable store is no reason
+                    // to stop an admitted visitor. The next request checks in again.
+                    Err(_) => Ok(Decision::Forward {
+                        visitor,
+                        ticket: None,
+                    }),
                 }
             }
             Some(Ticket {
