@@ -7,6 +7,7 @@
 //! Modules, and what each owns:
 //!
 //! * [`server`]: listeners, connection limits, lifecycle (`Daemon`, `run`).
+//! * [`admin`]: the operator's API, metrics, history and dashboard.
 //! * [`gate`]: the admission phases of every visitor request (route, bypass,
 //!   ticket, respond), rooms and the ETA.
 //! * [`proxy`]: forwarding to the origin (pooled client, streaming, headers,
@@ -22,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod body;
 pub mod clock;
 pub mod config;

@@ -79,9 +79,9 @@ fn main() -> ExitCode {
             }
             Err(e) => bad_config(&config, &e),
         },
-        Command::Run { config } => match config::load(&config) {
-            Ok(c) => exit(runtime().and_then(|rt| rt.block_on(run(c)))),
-            Err(e) => bad_config(&config, &e),
+        Command::Run { config: path } => match config::load(&path) {
+            Ok(c) => exit(runtime().and_then(|rt| rt.block_on(run(c, path)))),
+            Err(e) => bad_config(&path, &e),
         },
         Command::Demo {
             listen,
@@ -121,9 +121,26 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
-    waitroom::run(config, shutdown_signal()).await?;
+async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+    waitroom::run(config, Some(path), shutdown_signal(), hangups()).await?;
     Ok(())
+}
+
+/// A `()` for every SIGHUP: reload the config file.
+fn hangups() -> std::pin::Pin<Box<dyn futures_util::Stream<Item = ()> + Send>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(sig) = signal(SignalKind::hangup()) {
+            return Box::pin(futures_util::stream::unfold(sig, |mut sig| async move {
+                sig.recv().await.map(|()| {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    ((), sig)
+                })
+            }));
+        }
+    }
+    Box::pin(futures_util::stream::pending())
 }
 
 async fn demo(listen: SocketAddr, origin: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
@@ -156,7 +173,13 @@ async fn demo(listen: SocketAddr, origin: SocketAddr, admin: SocketAddr) -> anyh
         room.total_active_users,
         room.session_duration.as_secs()
     );
-    waitroom::run(config, shutdown_signal()).await?;
+    waitroom::run(
+        config,
+        None,
+        shutdown_signal(),
+        futures_util::stream::pending(),
+    )
+    .await?;
     Ok(())
 }
 

@@ -5,11 +5,13 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -19,10 +21,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
+use crate::admin::{Admin, Reloader, Telemetry};
 use crate::body::Body;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Backend, Config};
-use crate::gate::{self, Gate, GateError};
+use crate::gate::{Gate, GateError};
 use crate::store::memory::MemoryStore;
 use crate::store::SharedStore;
 
@@ -44,6 +47,10 @@ pub enum StartError {
     Gate(#[from] GateError),
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error("server.admin_listen {0} is not a loopback address: set an admin token (server.admin_token_env) before exposing the admin API")]
+    AdminWithoutToken(SocketAddr),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// What a daemon runs on, beyond its config. Tests inject a clock or a store.
@@ -51,6 +58,8 @@ pub enum StartError {
 pub struct Deps {
     pub store: Option<SharedStore>,
     pub clock: Option<SharedClock>,
+    /// The config file, for reloads (`SIGHUP`, `POST /api/reload`).
+    pub config_path: Option<PathBuf>,
 }
 
 /// The gate in force; a config reload swaps in a new one while requests in
@@ -62,6 +71,8 @@ pub struct Daemon {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     gates: SharedGate,
+    telemetry: Arc<Telemetry>,
+    config_path: Option<PathBuf>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -70,12 +81,21 @@ impl Daemon {
     /// Binds every listener (so a port in use fails here, before serving) and
     /// starts serving.
     pub async fn start(config: &Config, deps: Deps) -> Result<Self, StartError> {
+        if !config.server.admin_listen.ip().is_loopback() && config.server.admin_token.is_none() {
+            return Err(StartError::AdminWithoutToken(config.server.admin_listen));
+        }
         let clock = deps.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let telemetry = Arc::new(Telemetry::default());
         let store = match deps.store {
             Some(s) => s,
             None => open_store(config).await?,
         };
-        let gates: SharedGate = Arc::new(ArcSwap::from_pointee(Gate::new(config, store, clock)?));
+        let gates: SharedGate = Arc::new(ArcSwap::from_pointee(Gate::new(
+            config,
+            store,
+            clock,
+            telemetry.clone(),
+        )?));
         let listener = bind(config.server.listen).await?;
         let admin_listener = bind(config.server.admin_listen).await?;
         let addr = local_addr(&listener, config.server.listen);
@@ -88,10 +108,29 @@ impl Daemon {
             let gate = visitor_gates.load_full();
             async move { gate.handle(req, peer).await }
         };
-        let admin_gates = gates.clone();
-        let admin_service = move |req: Request<Incoming>, _peer: SocketAddr| {
-            let gate = admin_gates.load_full();
-            async move { admin(&gate, req).await }
+        let reload: Option<Reloader> = deps.config_path.clone().map(|path| {
+            let gates = gates.clone();
+            let telemetry = telemetry.clone();
+            let reload: Reloader = Arc::new(move || {
+                let (gates, telemetry, path) = (gates.clone(), telemetry.clone(), path.clone());
+                Box::pin(async move {
+                    reload_from(&gates, &telemetry, &path)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            });
+            reload
+        });
+        let admin = Arc::new(Admin {
+            gates: gates.clone(),
+            telemetry: telemetry.clone(),
+            token: config.server.admin_token.clone(),
+            loopback: admin_addr.ip().is_loopback(),
+            reload,
+        });
+        let admin_service = move |req: Request<Incoming>, peer: SocketAddr| {
+            let admin = admin.clone();
+            async move { admin.handle(req, peer).await }
         };
         let tasks = vec![
             tokio::spawn(serve(
@@ -114,6 +153,8 @@ impl Daemon {
             addr,
             admin_addr,
             gates,
+            telemetry,
+            config_path: deps.config_path,
             stop,
             tasks,
         })
@@ -128,17 +169,24 @@ impl Daemon {
     /// added, changed and removed; requests in flight finish on the old
     /// rooms. Listener addresses and the store backend need a restart.
     pub async fn reload(&self, config: &Config) -> Result<(), StartError> {
-        let current = self.gate();
-        let next = Gate::new(config, current.store.clone(), current.clock.clone())?;
-        next.refresh_overrides().await;
-        self.gates.store(Arc::new(next));
-        tracing::info!(rooms = config.rooms.len(), "configuration reloaded");
-        Ok(())
+        swap_in(&self.gates, &self.telemetry, config).await
+    }
+
+    /// Reloads the config file the daemon was started from. An invalid file
+    /// is refused and the running configuration stays.
+    pub async fn reload_from_file(&self) -> Result<(), StartError> {
+        let path = self
+            .config_path
+            .as_ref()
+            .ok_or_else(|| StartError::Config("not started from a config file".into()))?;
+        reload_from(&self.gates, &self.telemetry, path).await
     }
 
     /// Stops accepting, drains in-flight requests (up to the drain timeout),
     /// and returns when every listener has finished.
     pub async fn shutdown(self) {
+        // Not ready first, so load balancers stop sending new visitors here.
+        self.telemetry.draining.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -146,10 +194,58 @@ impl Daemon {
     }
 }
 
-/// Runs the daemon until `shutdown` resolves.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    let daemon = Daemon::start(&config, Deps::default()).await?;
-    shutdown.await;
+async fn swap_in(
+    gates: &SharedGate,
+    telemetry: &Arc<Telemetry>,
+    config: &Config,
+) -> Result<(), StartError> {
+    let current = gates.load_full();
+    let next = Gate::new(
+        config,
+        current.store.clone(),
+        current.clock.clone(),
+        telemetry.clone(),
+    )?;
+    next.refresh_overrides().await;
+    gates.store(Arc::new(next));
+    tracing::info!(rooms = config.rooms.len(), "configuration reloaded");
+    Ok(())
+}
+
+async fn reload_from(
+    gates: &SharedGate,
+    telemetry: &Arc<Telemetry>,
+    path: &std::path::Path,
+) -> Result<(), StartError> {
+    let config = crate::config::load(path).map_err(|e| {
+        tracing::error!(error = %e, "reload refused: the running configuration stays");
+        StartError::Config(e.to_string())
+    })?;
+    swap_in(gates, telemetry, &config).await
+}
+
+/// Runs the daemon until `shutdown` resolves, reloading its config file on
+/// `reload` signals (SIGHUP in the binary).
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    shutdown: impl Future<Output = ()>,
+    mut reload: impl futures_util::Stream<Item = ()> + Unpin,
+) -> Result<(), StartError> {
+    let deps = Deps {
+        config_path,
+        ..Deps::default()
+    };
+    let daemon = Daemon::start(&config, deps).await?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(()) = futures_util::StreamExt::next(&mut reload) => {
+                let _ = daemon.reload_from_file().await;
+            }
+        }
+    }
     tracing::info!("shutting down: draining in-flight requests");
     daemon.shutdown().await;
     tracing::info!("stopped");
@@ -278,21 +374,5 @@ async fn refresh_rooms(gates: SharedGate, mut stop: watch::Receiver<bool>) {
         if n % FIGURES_EVERY == 0 {
             gate.refresh_room_figures().await;
         }
-    }
-}
-
-/// The admin listener. The operator API and metrics arrive with issue 4;
-/// `/live` and `/ready` are here from the start for load balancers.
-async fn admin(gate: &Gate, req: Request<Incoming>) -> Response<Body> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/live") => gate::text(StatusCode::OK, "live"),
-        (&Method::GET, "/ready") => {
-            if gate.store_ready().await {
-                gate::text(StatusCode::OK, "ready")
-            } else {
-                gate::text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
-            }
-        }
-        _ => gate::text(StatusCode::NOT_FOUND, "not found"),
     }
 }

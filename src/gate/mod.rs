@@ -27,6 +27,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::admin::Telemetry;
 use crate::body::{full, Body};
 use crate::clock::SharedClock;
 use crate::config::{Config, FailMode, Unmatched};
@@ -67,6 +68,7 @@ pub struct Gate {
     local: Option<Arc<MemoryStore>>,
     /// Instances sharing the store (the local share is 1/instances).
     instances: u64,
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// How long the store is left alone after a failure before one request
@@ -77,6 +79,7 @@ const STORE_RETRY_MS: u64 = 1000;
 /// Where a decision is made.
 struct Via<'a> {
     store: &'a dyn Store,
+    metrics: &'a crate::admin::metrics::RoomMetrics,
     policy: Arc<RoomPolicy>,
     /// The shared store (bounded, breaker) or this instance's own.
     shared: bool,
@@ -106,7 +109,12 @@ enum Decision {
 }
 
 impl Gate {
-    pub fn new(config: &Config, store: SharedStore, clock: SharedClock) -> Result<Self, GateError> {
+    pub fn new(
+        config: &Config,
+        store: SharedStore,
+        clock: SharedClock,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<Self, GateError> {
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
             if !room.events.is_empty() {
@@ -116,7 +124,8 @@ impl Gate {
                 Some(path) => Template::load(path)?,
                 None => Template::builtin(),
             };
-            rooms.push(Arc::new(Room::new(room.clone(), template)));
+            let metrics = telemetry.metrics.room(&room.id);
+            rooms.push(Arc::new(Room::new(room.clone(), template, metrics)));
         }
         Ok(Self {
             rooms: Rooms::new(rooms),
@@ -136,19 +145,48 @@ impl Gate {
             local: (config.store.fail_mode == FailMode::Local)
                 .then(|| Arc::new(MemoryStore::new())),
             instances: config.store.instances.max(1),
+            telemetry,
         })
     }
 
-    /// Reads every room's live figures and folds them into its ETA rate.
+    /// Reads every room's live figures: folds them into its ETA rate and
+    /// publishes them as metrics and dashboard history.
     pub async fn refresh_room_figures(&self) {
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
-            match self.bounded(self.store.stats(&room.policy(), now)).await {
-                Ok(stats) => room.rate.observe(&stats),
+            let policy = room.policy();
+            let stats = match self.bounded(self.store.stats(&policy, now)).await {
+                Ok(stats) => stats,
                 Err(e) => {
-                    tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable")
+                    tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable");
+                    continue;
                 }
-            }
+            };
+            room.rate.observe(&stats);
+            let totals = self.bounded(self.store.totals(&policy)).await.ok();
+            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy);
+            self.telemetry.metrics.set_room(
+                &room.config.id,
+                &crate::admin::metrics::RoomFigures {
+                    active: stats.active,
+                    queued: stats.queued,
+                    limit: policy.total_active_users,
+                    admitted_last_minute: stats.admitted_last_minute,
+                    eta_seconds,
+                    totals,
+                },
+            );
+            self.telemetry.history.record(
+                &room.config.id,
+                crate::admin::history::Sample {
+                    t: now,
+                    active: stats.active,
+                    limit: policy.total_active_users,
+                    queued: stats.queued,
+                    admitted_per_minute: stats.admitted_last_minute,
+                    eta_seconds,
+                },
+            );
         }
     }
 
@@ -179,6 +217,12 @@ impl Gate {
 
     /// Answers one visitor request. Never fails: every error becomes a page.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let resp = self.phases(req, peer).await;
+        self.telemetry.metrics.response(resp.status());
+        resp
+    }
+
+    async fn phases(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let peer_ip = peer.ip();
         let client = headers::client_ip(req.headers(), peer_ip, &self.trusted_proxies);
         let fwd = Forward {
@@ -288,6 +332,9 @@ impl Gate {
                 let verdict = self
                     .call(via, via.store.poll(&via.policy, visitor, seq, now))
                     .await?;
+                if matches!(verdict, Verdict::Admitted { .. }) {
+                    room.metrics.admitted.inc();
+                }
                 Ok(self.verdict(room, visitor, verdict, now))
             }
             _ => self.arrive(room, now, via).await,
@@ -299,6 +346,11 @@ impl Gate {
         let verdict = self
             .call(via, via.store.arrive(&via.policy, visitor, now))
             .await?;
+        match verdict {
+            Verdict::Admitted { .. } => room.metrics.admitted.inc(),
+            Verdict::Queued(_) => room.metrics.queued.inc(),
+            Verdict::Rejected(_) => room.metrics.rejected.inc(),
+        };
         Ok(self.verdict(room, visitor, verdict, now))
     }
 
@@ -337,9 +389,10 @@ impl Gate {
         }
     }
 
-    fn shared_via(&self, room: &Room) -> Via<'_> {
+    fn shared_via<'a>(&'a self, room: &'a Room) -> Via<'a> {
         Via {
             store: &*self.store,
+            metrics: &room.metrics,
             policy: room.policy(),
             shared: true,
         }
@@ -347,7 +400,7 @@ impl Gate {
 
     /// This instance's own store, in fail mode `local`: every limit divided
     /// by the number of instances (rounded up; 0 stays unlimited).
-    fn local_via(&self, room: &Room) -> Option<Via<'_>> {
+    fn local_via<'a>(&'a self, room: &'a Room) -> Option<Via<'a>> {
         let local = self.local.as_deref()?;
         let mut policy = (*room.policy()).clone();
         let share = |limit: u64| limit.div_ceil(self.instances);
@@ -355,6 +408,7 @@ impl Gate {
         policy.new_users_per_minute = share(policy.new_users_per_minute);
         Some(Via {
             store: local,
+            metrics: &room.metrics,
             policy: Arc::new(policy),
             shared: false,
         })
@@ -374,7 +428,12 @@ impl Gate {
         if !self.store_may_be_called() {
             return Err(StoreError::Unavailable("down; retrying shortly".into()));
         }
-        self.bounded(call).await
+        let started = Instant::now();
+        let result = self.bounded(call).await;
+        via.metrics
+            .decision_latency
+            .observe(started.elapsed().as_secs_f64());
+        result
     }
 
     /// False while the store is down and the next probe is not yet due.
@@ -442,7 +501,11 @@ impl Gate {
             0
         };
         self.retry_at_ms.store(retry_at, Ordering::Relaxed);
+        if failed {
+            self.telemetry.metrics.store_error();
+        }
         if self.store_down.swap(failed, Ordering::Relaxed) != failed {
+            self.telemetry.metrics.set_store_up(!failed);
             match &result {
                 Err(e) => {
                     tracing::error!(error = %e, fail_mode = ?self.fail_mode, "store unavailable")
@@ -489,7 +552,12 @@ impl Gate {
         if let Some(v) = visitor.and_then(|v| HeaderValue::from_str(&v.to_hex()).ok()) {
             req.headers_mut().insert(X_WAITROOM_VISITOR, v);
         }
-        let mut resp = match self.proxy.forward(req, fwd).await {
+        let started = Instant::now();
+        let forwarded = self.proxy.forward(req, fwd).await;
+        self.telemetry
+            .metrics
+            .origin_latency(started.elapsed().as_secs_f64());
+        let mut resp = match forwarded {
             Ok(resp) => resp,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
@@ -508,6 +576,8 @@ impl Gate {
                     .await
                 {
                     tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded");
+                } else {
+                    room.metrics.revoked.inc();
                 }
                 append_cookie(&mut resp, self.expired_cookie(room));
             } else if let Some(ticket) = ticket {

@@ -8,6 +8,7 @@ use arc_swap::ArcSwap;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
+use crate::admin::metrics::RoomMetrics;
 use crate::config::RoomConfig;
 use crate::proxy::headers::COOKIE_PREFIX;
 use crate::queue_page::Template;
@@ -31,10 +32,11 @@ pub struct Room {
     pub template: Template,
     /// Observed admission rate, for the ETA.
     pub rate: RateTracker,
+    pub metrics: RoomMetrics,
 }
 
 impl Room {
-    pub fn new(config: RoomConfig, template: Template) -> Self {
+    pub fn new(config: RoomConfig, template: Template, metrics: RoomMetrics) -> Self {
         let base_policy = config.policy();
         Self {
             fingerprint: fingerprint(&base_policy),
@@ -44,6 +46,7 @@ impl Room {
             check_in_interval_ms: config.check_in_interval().as_millis() as u64,
             template,
             rate: RateTracker::default(),
+            metrics,
             config,
         }
     }

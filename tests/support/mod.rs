@@ -121,6 +121,7 @@ impl Harness {
             Deps {
                 store,
                 clock: Some(Arc::new(clock.clone())),
+                config_path: None,
             },
         )
         .await

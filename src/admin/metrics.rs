@@ -1,0 +1,240 @@
+//! Prometheus metrics: typed handles created once at start-up (per room when
+//! the gate is built), so the request path only bumps atomics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoomLabel {
+    room: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    room: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    room: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 0.1 ms .. ~3.3 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// Every metric the daemon exports. Lives as long as the daemon (config
+/// reloads keep it), so counters never reset while it runs.
+pub struct Metrics {
+    registry: Registry,
+    active: Family<RoomLabel, Gauge>,
+    queued: Family<RoomLabel, Gauge>,
+    limit: Family<RoomLabel, Gauge>,
+    admitted_last_minute: Family<RoomLabel, Gauge>,
+    eta: Family<RoomLabel, Gauge>,
+    /// Cumulative counts from the store, shared by every instance.
+    store_totals: Family<KindLabel, Gauge>,
+    /// Outcomes of this instance's decisions.
+    decisions: Family<OutcomeLabel, Counter>,
+    decision_latency: HistogramFamily<RoomLabel>,
+    store_errors: Counter,
+    store_up: Gauge,
+    proxy_responses: Family<ClassLabel, Counter>,
+    origin_latency: Histogram,
+}
+
+/// The handles of one room, cloned out of the families once.
+#[derive(Clone)]
+pub struct RoomMetrics {
+    pub admitted: Counter,
+    pub queued: Counter,
+    pub rejected: Counter,
+    pub revoked: Counter,
+    pub decision_latency: Histogram,
+}
+
+/// Live figures of a room, as the refresh task reads them.
+pub struct RoomFigures {
+    pub active: u64,
+    pub queued: u64,
+    pub limit: u64,
+    pub admitted_last_minute: u64,
+    pub eta_seconds: u64,
+    pub totals: Option<crate::store::RoomTotals>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("waitroom");
+        let m = Self {
+            active: Family::default(),
+            queued: Family::default(),
+            limit: Family::default(),
+            admitted_last_minute: Family::default(),
+            eta: Family::default(),
+            store_totals: Family::default(),
+            decisions: Family::default(),
+            decision_latency: Family::new_with_constructor(latency_histogram),
+            store_errors: Counter::default(),
+            store_up: Gauge::default(),
+            proxy_responses: Family::default(),
+            origin_latency: latency_histogram(),
+            registry: Registry::default(),
+        };
+        registry.register("room_active", "Active sessions", m.active.clone());
+        registry.register("room_queued", "Visitors waiting", m.queued.clone());
+        registry.register("room_limit", "total_active_users in force", m.limit.clone());
+        registry.register(
+            "room_admitted_last_minute",
+            "Admissions in the last 60 s (all instances)",
+            m.admitted_last_minute.clone(),
+        );
+        registry.register(
+            "room_eta_seconds",
+            "Estimated wait at the back of the queue",
+            m.eta.clone(),
+        );
+        registry.register(
+            "room_store_totals",
+            "Cumulative admitted/queued/rejected/abandoned counts kept by the store (all instances)",
+            m.store_totals.clone(),
+        );
+        registry.register(
+            "decisions",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked)",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "decision_latency_seconds",
+            "Time of one store decision",
+            m.decision_latency.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Store calls that failed or timed out",
+            m.store_errors.clone(),
+        );
+        registry.register(
+            "store_up",
+            "1 while the store answers, 0 while it does not",
+            m.store_up.clone(),
+        );
+        registry.register(
+            "proxy_responses",
+            "Responses to visitors by status class",
+            m.proxy_responses.clone(),
+        );
+        registry.register(
+            "origin_latency_seconds",
+            "Time to the origin's response headers",
+            m.origin_latency.clone(),
+        );
+        m.store_up.set(1);
+        Self { registry, ..m }
+    }
+
+    /// Handles for one room (created once per room when the gate is built).
+    pub fn room(&self, room: &str) -> RoomMetrics {
+        let outcome = |outcome| {
+            self.decisions.get_or_create_owned(&OutcomeLabel {
+                room: room.to_owned(),
+                outcome,
+            })
+        };
+        RoomMetrics {
+            admitted: outcome("admitted"),
+            queued: outcome("queued"),
+            rejected: outcome("rejected"),
+            revoked: outcome("revoked"),
+            decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
+                room: room.to_owned(),
+            }),
+        }
+    }
+
+    /// Publishes a room's live figures (from the background refresh, not the request path).
+    pub fn set_room(&self, room: &str, f: &RoomFigures) {
+        let label = RoomLabel {
+            room: room.to_owned(),
+        };
+        let set = |family: &Family<RoomLabel, Gauge>, v: u64| {
+            family
+                .get_or_create(&label)
+                .set(v.min(i64::MAX as u64) as i64);
+        };
+        set(&self.active, f.active);
+        set(&self.queued, f.queued);
+        set(&self.limit, f.limit);
+        set(&self.admitted_last_minute, f.admitted_last_minute);
+        set(&self.eta, f.eta_seconds);
+        if let Some(t) = f.totals {
+            for (kind, v) in [
+                ("admitted", t.admitted),
+                ("queued", t.queued),
+                ("rejected", t.rejected),
+                ("abandoned", t.abandoned),
+            ] {
+                self.store_totals
+                    .get_or_create(&KindLabel {
+                        room: room.to_owned(),
+                        kind,
+                    })
+                    .set(v.min(i64::MAX as u64) as i64);
+            }
+        }
+    }
+
+    pub fn store_error(&self) {
+        self.store_errors.inc();
+    }
+
+    pub fn set_store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
+    }
+
+    pub fn response(&self, status: http::StatusCode) {
+        let class = match status.as_u16() {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.proxy_responses
+            .get_or_create(&ClassLabel { class })
+            .inc();
+    }
+
+    pub fn origin_latency(&self, seconds: f64) {
+        self.origin_latency.observe(seconds);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,341 @@
+//! The operator's side, on the admin listener: the JSON API (rooms, runtime
+//! changes, release, reset, reload), Prometheus metrics, liveness and
+//! readiness, and the dashboard.
+//!
+//! The API and the dashboard need the bearer token when one is configured;
+//! `/live`, `/ready` and `/metrics` need it only off loopback. The daemon
+//! refuses to start an admin listener off loopback without a token.
+
+pub mod history;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+
+use crate::body::{full, Body};
+use crate::config::Secret;
+use crate::gate::rooms::constant_time_eq;
+use crate::gate::{json, text, Room};
+use crate::server::SharedGate;
+use crate::store::{QueueingMethod, RoomOverrides, RoomState, StoreError, VisitorId};
+
+pub use history::History;
+pub use metrics::Metrics;
+
+/// The built-in dashboard.
+const DASHBOARD: &str = include_str!("../../static/dashboard.html");
+/// Largest admin request body we read.
+const MAX_BODY: usize = 64 * 1024;
+
+/// What outlives a config reload: metrics, history, the draining flag.
+#[derive(Default)]
+pub struct Telemetry {
+    pub metrics: Metrics,
+    pub history: History,
+    /// Set on SIGTERM: `/ready` answers 503 so load balancers stop sending.
+    pub draining: AtomicBool,
+}
+
+/// Reloads the configuration (from its file); the error is the validation message.
+pub type Reloader =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// Everything the admin listener needs.
+pub struct Admin {
+    pub gates: SharedGate,
+    pub telemetry: Arc<Telemetry>,
+    pub token: Option<Secret>,
+    /// Whether the admin listener is on loopback (health and metrics open).
+    pub loopback: bool,
+    pub reload: Option<Reloader>,
+}
+
+/// Why an admin request failed; mapped to a status in one place.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    #[error("no such room")]
+    NoRoom,
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("store unavailable")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Reload(String),
+}
+
+impl AdminError {
+    fn status(&self) -> StatusCode {
+        match self {
+            AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::NoRoom | AdminError::NotFound => StatusCode::NOT_FOUND,
+            AdminError::BadRequest(_) | AdminError::Reload(_) => StatusCode::BAD_REQUEST,
+            AdminError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl Admin {
+    pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+        match self.route(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                let mut resp = json(
+                    e.status(),
+                    &serde_json::json!({ "error": e.to_string() }),
+                    None,
+                );
+                if matches!(e, AdminError::Unauthorized) {
+                    resp.headers_mut().insert(
+                        header::WWW_AUTHENTICATE,
+                        header::HeaderValue::from_static("Bearer"),
+                    );
+                }
+                resp
+            }
+        }
+    }
+
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.0.as_bytes()))
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> Result<Response<Body>, AdminError> {
+        let path = req.uri().path().to_owned();
+        let method = req.method().clone();
+        let open = self.loopback || self.authorized(&req);
+        match (&method, path.as_str()) {
+            (&Method::GET, "/live") if open => return Ok(text(StatusCode::OK, "live")),
+            (&Method::GET, "/ready") if open => return Ok(self.ready().await),
+            (&Method::GET, "/metrics") if open => {
+                let mut resp = Response::new(full(self.telemetry.metrics.encode()));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                return Ok(resp);
+            }
+            // The page itself holds no data; it asks for the token when the API needs one.
+            (&Method::GET, "/") => {
+                return Ok(crate::gate::html(StatusCode::OK, DASHBOARD.to_owned()))
+            }
+            _ => {}
+        }
+        if !self.authorized(&req) {
+            return Err(AdminError::Unauthorized);
+        }
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["api", "rooms"]) => {
+                let gate = self.gates.load_full();
+                let mut rooms = Vec::new();
+                for room in gate.rooms.all() {
+                    rooms.push(self.room_json(room).await?);
+                }
+                Ok(json(StatusCode::OK, &rooms, None))
+            }
+            (&Method::GET, ["api", "rooms", id]) => {
+                let room = self.room(id)?;
+                Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
+            }
+            (&Method::PATCH, ["api", "rooms", id]) => {
+                let room = self.room(id)?;
+                let change: RoomChange = read_json(req).await?;
+                self.change(&room, change).await?;
+                Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
+            }
+            (&Method::POST, ["api", "rooms", id, "release"]) => {
+                let room = self.room(id)?;
+                let body: Release = read_json(req).await?;
+                let visitor = VisitorId::from_hex(&body.visitor).ok_or_else(|| {
+                    AdminError::BadRequest("visitor: expected 32 hex characters".into())
+                })?;
+                let gate = self.gates.load_full();
+                let released = gate
+                    .store
+                    .release(&room.policy(), visitor, gate.clock.now_ms())
+                    .await?;
+                if released {
+                    room.metrics.revoked.inc();
+                }
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "released": released }),
+                    None,
+                ))
+            }
+            (&Method::POST, ["api", "rooms", id, "reset"]) => {
+                let room = self.room(id)?;
+                self.gates.load_full().store.reset(&room.policy()).await?;
+                tracing::info!(room = %room.config.id, "room reset by the operator");
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "reset": true }),
+                    None,
+                ))
+            }
+            (&Method::POST, ["api", "reload"]) => {
+                let reload = self.reload.as_ref().ok_or_else(|| {
+                    AdminError::Reload("this daemon was not started from a config file".into())
+                })?;
+                reload().await.map_err(AdminError::Reload)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "reloaded": true }),
+                    None,
+                ))
+            }
+            (&Method::GET, ["api", "history"]) => Ok(json(
+                StatusCode::OK,
+                &self.telemetry.history.snapshot(),
+                None,
+            )),
+            _ => Err(AdminError::NotFound),
+        }
+    }
+
+    async fn ready(&self) -> Response<Body> {
+        if self.telemetry.draining.load(Ordering::Relaxed) {
+            return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
+        }
+        if self.gates.load_full().store_ready().await {
+            text(StatusCode::OK, "ready")
+        } else {
+            text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
+        }
+    }
+
+    fn room(&self, id: &str) -> Result<Arc<Room>, AdminError> {
+        self.gates
+            .load_full()
+            .rooms
+            .by_id(id)
+            .cloned()
+            .ok_or(AdminError::NoRoom)
+    }
+
+    async fn room_json(&self, room: &Room) -> Result<serde_json::Value, AdminError> {
+        let gate = self.gates.load_full();
+        let policy = room.policy();
+        let stats = gate.store.stats(&policy, gate.clock.now_ms()).await?;
+        let c = &room.config;
+        Ok(serde_json::json!({
+            "id": c.id,
+            "name": c.name,
+            "host": c.host,
+            "path": c.path,
+            "state": policy.state,
+            "queueing_method": policy.method,
+            "total_active_users": policy.total_active_users,
+            "new_users_per_minute": policy.new_users_per_minute,
+            "session_duration_seconds": policy.session_duration_ms / 1000,
+            "configured": {
+                "state": c.state,
+                "queueing_method": c.queueing_method,
+                "total_active_users": c.total_active_users,
+                "new_users_per_minute": c.new_users_per_minute,
+                "session_duration_seconds": c.session_duration.as_secs(),
+            },
+            "active": stats.active,
+            "queued": stats.queued,
+            "admitted_last_minute": stats.admitted_last_minute,
+            "eta_seconds": room.rate.eta_seconds(stats.queued, &policy),
+        }))
+    }
+
+    /// Merges a change into the room's stored overrides and applies it here
+    /// at once; other instances pick it up within a second.
+    async fn change(&self, room: &Room, change: RoomChange) -> Result<(), AdminError> {
+        let gate = self.gates.load_full();
+        let mut o = match gate.store.overrides(&room.config.id).await? {
+            Some(o) if o.config_fingerprint == room.fingerprint => o,
+            _ => RoomOverrides {
+                config_fingerprint: room.fingerprint,
+                ..RoomOverrides::default()
+            },
+        };
+        if let Some(v) = change.total_active_users {
+            positive("total_active_users", v)?;
+            o.total_active_users = Some(v);
+        }
+        if let Some(v) = change.new_users_per_minute {
+            positive("new_users_per_minute", v)?;
+            o.new_users_per_minute = Some(v);
+        }
+        if let Some(v) = change.session_duration {
+            let d = humantime::parse_duration(&v)
+                .ok()
+                .filter(|d| *d >= Duration::from_secs(1))
+                .ok_or_else(|| {
+                    AdminError::BadRequest(format!(
+                        "session_duration: expected a duration of at least 1s such as \"5m\", got {v:?}"
+                    ))
+                })?;
+            o.session_duration_ms = Some(d.as_millis() as u64);
+        }
+        if let Some(v) = change.queueing_method {
+            o.queueing_method = Some(v);
+        }
+        if let Some(v) = change.state {
+            o.state = Some(v);
+        }
+        gate.store.set_overrides(&room.config.id, Some(&o)).await?;
+        room.apply_overrides(Some(&o));
+        Ok(())
+    }
+}
+
+fn positive(key: &str, v: u64) -> Result<(), AdminError> {
+    if v == 0 {
+        return Err(AdminError::BadRequest(format!(
+            "{key}: must be at least 1 (to stop admissions, set state = \"paused\")"
+        )));
+    }
+    Ok(())
+}
+
+/// `PATCH /api/rooms/{id}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoomChange {
+    total_active_users: Option<u64>,
+    new_users_per_minute: Option<u64>,
+    session_duration: Option<String>,
+    queueing_method: Option<QueueingMethod>,
+    state: Option<RoomState>,
+}
+
+/// `POST /api/rooms/{id}/release`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Release {
+    visitor: String,
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    req: Request<Incoming>,
+) -> Result<T, AdminError> {
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| AdminError::BadRequest(format!("body: unreadable or over {MAX_BODY} bytes")))?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| AdminError::BadRequest(format!("body: {e}")))
+}
