@@ -96,6 +96,8 @@ impl Daemon {
             clock,
             telemetry.clone(),
         )?));
+        // Operators' runtime changes apply before the first visitor is served.
+        gates.load().refresh_overrides().await;
         let listener = bind(config.server.listen).await?;
         let admin_listener = bind(config.server.admin_listen).await?;
         let addr = local_addr(&listener, config.server.listen);

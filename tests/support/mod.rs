@@ -137,6 +137,10 @@ impl Harness {
         format!("http://{}{}", self.daemon.addr, path)
     }
 
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.daemon.admin_addr, path)
+    }
+
     pub fn clock_now(&self) -> u64 {
         use waitroom::clock::Clock;
         self.clock.now_ms()
