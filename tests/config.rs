@@ -452,7 +452,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_server_key",
-        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`",
+        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`",
     ),
     (
         "unknown_top_level_key",
@@ -469,6 +469,10 @@ const BAD: &[(&str, &str)] = &[
     (
         "zero_session_duration",
         "room[0].session_duration (line 10, column 20): must be at least 1s, got \"0s\"",
+    ),
+    (
+        "zero_ip_poll_burst",
+        "server.ip_poll_burst (line 2, column 17): must be between 1 and 1000000, got 0",
     ),
     (
         "zero_store_instances",

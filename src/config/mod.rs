@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// How long `SIGTERM` waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// Queued polls per second one client address may make after its burst.
+    pub ip_polls_per_second: u32,
+    /// Queued polls one client address may make at once.
+    pub ip_poll_burst: u32,
 }
 
 /// What happens to a request no room matches.

@@ -257,6 +257,10 @@ struct RawServer {
     max_header_bytes: Option<u64>,
     header_read_timeout: Option<RawDuration>,
     drain_timeout: Option<RawDuration>,
+    /// Queued polls per second one client address may make (after its burst).
+    ip_polls_per_second: Option<u64>,
+    /// Queued polls one client address may make at once.
+    ip_poll_burst: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -792,6 +796,18 @@ impl Checker<'_, '_> {
             defaults::DRAIN_TIMEOUT,
             Duration::ZERO,
         );
+        let mut poll_limit = |key: &str, value: Option<u64>, default: u32| -> u32 {
+            let value = value.unwrap_or(u64::from(default));
+            if !(1..=1_000_000).contains(&value) {
+                self.fail(
+                    &p.key(key),
+                    format!("must be between 1 and 1000000, got {value}"),
+                );
+            }
+            u32::try_from(value).unwrap_or(default).max(1)
+        };
+        let ip_polls_per_second = poll_limit("ip_polls_per_second", raw.ip_polls_per_second, 50);
+        let ip_poll_burst = poll_limit("ip_poll_burst", raw.ip_poll_burst, 200);
         ServerConfig {
             listen,
             admin_listen,
@@ -799,6 +815,8 @@ impl Checker<'_, '_> {
             reserved_prefix,
             trusted_proxies,
             unmatched,
+            ip_polls_per_second,
+            ip_poll_burst,
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
             header_read_timeout,

@@ -15,9 +15,10 @@
 //! `store.fail_mode`.
 
 pub mod eta;
+pub mod poll_limit;
 pub mod rooms;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +40,7 @@ use crate::store::{
 };
 use crate::ticket::{Grant, KeyRing, Ticket};
 
+use poll_limit::AddressLimit;
 pub use rooms::{Room, Rooms};
 
 /// Tells the origin who the admitted visitor is.
@@ -69,7 +71,14 @@ pub struct Gate {
     /// Instances sharing the store (the local share is 1/instances).
     instances: u64,
     pub telemetry: Arc<Telemetry>,
+    /// How often one client address may poll.
+    ip_limit: AddressLimit,
+    /// When idle poll-limit entries were last forgotten (clock ms).
+    limits_swept_at: AtomicU64,
 }
+
+/// How often idle poll-limit entries are forgotten.
+const SWEEP_LIMITS_MS: u64 = 30_000;
 
 /// How long the store is left alone after a failure before one request
 /// probes it again, so a frozen store does not cost every request the
@@ -106,6 +115,8 @@ enum Decision {
         ticket: Ticket,
     },
     Rejected(RejectReason),
+    /// A queued visitor (or its address) polls too often: 429, place kept.
+    SlowDown(Duration),
 }
 
 impl Gate {
@@ -125,13 +136,17 @@ impl Gate {
                 None => Template::builtin(),
             };
             let metrics = telemetry.metrics.room(&room.id);
-            rooms.push(Arc::new(Room::new(room.clone(), template, metrics)));
+            rooms.push(Arc::new(Room::new(
+                room.clone(),
+                template,
+                metrics,
+                clock.clone(),
+            )));
         }
         Ok(Self {
             rooms: Rooms::new(rooms),
             keys: KeyRing::new(&config.cookie.keys),
             store,
-            clock,
             proxy: Proxy::new(&config.origin)?,
             reserved_prefix: config.server.reserved_prefix.clone(),
             unmatched: config.server.unmatched,
@@ -146,12 +161,30 @@ impl Gate {
                 .then(|| Arc::new(MemoryStore::new())),
             instances: config.store.instances.max(1),
             telemetry,
+            ip_limit: AddressLimit::new(
+                config.server.ip_polls_per_second,
+                config.server.ip_poll_burst,
+                clock.clone(),
+            ),
+            clock,
+            limits_swept_at: AtomicU64::new(0),
         })
     }
 
     /// Reads every room's live figures: folds them into its ETA rate and
     /// publishes them as metrics and dashboard history.
     pub async fn refresh_room_figures(&self) {
+        let now = self.clock.now_ms();
+        if now.saturating_sub(self.limits_swept_at.swap(now, Ordering::Relaxed)) >= SWEEP_LIMITS_MS
+        {
+            for room in self.rooms.all() {
+                room.poll_limit.forget_idle();
+            }
+            self.ip_limit.forget_idle();
+        } else {
+            // Not due yet: keep the older sweep time.
+            self.limits_swept_at.fetch_min(now, Ordering::Relaxed);
+        }
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
             let policy = room.policy();
@@ -234,7 +267,7 @@ impl Gate {
         let path = req.uri().path().to_owned();
         if path.starts_with(&self.reserved_prefix) {
             return self
-                .reserved(&req, &path[self.reserved_prefix.len()..])
+                .reserved(&req, &path[self.reserved_prefix.len()..], client)
                 .await;
         }
         let host = proxy::original_host(&req);
@@ -256,7 +289,7 @@ impl Gate {
         }
 
         // Phase 3: ticket.
-        let decision = match self.decide_anywhere(&room, &req).await {
+        let decision = match self.decide_anywhere(&room, &req, client).await {
             Ok(d) => d,
             Err(e) => return self.store_failed(&room, req, &fwd, e).await,
         };
@@ -273,6 +306,24 @@ impl Gate {
                 self.queue_response(&room, &req, status, Some(cookie))
             }
             Decision::Rejected(reason) => rejected(&room, reason, wants_json(&req)),
+            Decision::SlowDown(wait) => {
+                let seconds = poll_limit::retry_after_secs(wait);
+                if room.config.json_response && wants_json(&req) {
+                    let mut resp = json(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        &serde_json::json!({"error": "too many requests; your place is kept", "retry_after": seconds}),
+                        None,
+                    );
+                    retry_after(&mut resp, seconds);
+                    return resp;
+                }
+                message(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Please slow down",
+                    "You keep your place in the queue. This page tries again by itself in a moment.",
+                    seconds,
+                )
+            }
         }
     }
 
@@ -281,6 +332,7 @@ impl Gate {
         &self,
         room: &Room,
         req: &Request<Incoming>,
+        client: IpAddr,
         via: &Via<'_>,
     ) -> Result<Decision, StoreError> {
         let now = self.clock.now_ms();
@@ -329,6 +381,13 @@ impl Gate {
                 grant: Grant::Queued { seq },
                 ..
             }) => {
+                // Checked once, before the shared store; a local fallback
+                // after a store failure does not count the poll twice.
+                if via.shared {
+                    if let Err(wait) = self.poll_allowed(room, visitor, client) {
+                        return Ok(Decision::SlowDown(wait));
+                    }
+                }
                 let verdict = self
                     .call(via, via.store.poll(&via.policy, visitor, seq, now))
                     .await?;
@@ -360,10 +419,11 @@ impl Gate {
         &self,
         room: &Room,
         req: &Request<Incoming>,
+        client: IpAddr,
     ) -> Result<Decision, StoreError> {
-        let shared = self.decide(room, req, &self.shared_via(room)).await;
+        let shared = self.decide(room, req, client, &self.shared_via(room)).await;
         match (shared, self.local_via(room)) {
-            (Err(_), Some(local)) => self.decide(room, req, &local).await,
+            (Err(_), Some(local)) => self.decide(room, req, client, &local).await,
             (result, _) => result,
         }
     }
@@ -387,6 +447,17 @@ impl Gate {
             (Err(_), Some(local)) => local.store.poll(&local.policy, visitor, seq, now).await,
             (result, _) => result,
         }
+    }
+
+    /// Whether a queued visitor may poll now (per visitor, then per address).
+    fn poll_allowed(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        client: IpAddr,
+    ) -> Result<(), Duration> {
+        room.poll_limit.check(visitor)?;
+        self.ip_limit.check(client)
     }
 
     fn shared_via<'a>(&'a self, room: &'a Room) -> Via<'a> {
@@ -588,9 +659,14 @@ impl Gate {
     }
 
     /// Phase 1 for the daemon's own paths.
-    async fn reserved(&self, req: &Request<Incoming>, rest: &str) -> Response<Body> {
+    async fn reserved(
+        &self,
+        req: &Request<Incoming>,
+        rest: &str,
+        client: IpAddr,
+    ) -> Response<Body> {
         match (req.method(), rest) {
-            (&Method::GET, "status") => self.status_endpoint(req).await,
+            (&Method::GET, "status") => self.status_endpoint(req, client).await,
             (&Method::GET, "health") => text(StatusCode::OK, "ok"),
             _ => message(
                 StatusCode::NOT_FOUND,
@@ -603,7 +679,7 @@ impl Gate {
 
     /// `GET /__waitroom/status?room=ID`: the visitor's standing, as JSON.
     /// A queued visitor's call counts as a poll (and may admit them).
-    async fn status_endpoint(&self, req: &Request<Incoming>) -> Response<Body> {
+    async fn status_endpoint(&self, req: &Request<Incoming>, client: IpAddr) -> Response<Body> {
         let room_id = req
             .uri()
             .query()
@@ -630,6 +706,14 @@ impl Gate {
                 grant: Grant::Queued { seq },
                 ..
             }) => {
+                if let Err(wait) = self.poll_allowed(&room, visitor, client) {
+                    let seconds = poll_limit::retry_after_secs(wait);
+                    let mut status = self.status(&room, VisitorState::Queued, None);
+                    status.refresh_seconds = seconds;
+                    let mut resp = json(StatusCode::TOO_MANY_REQUESTS, &status, None);
+                    retry_after(&mut resp, seconds);
+                    return resp;
+                }
                 match self.poll_anywhere(&room, visitor, seq, now).await {
                     Ok(verdict) => match self.verdict(&room, visitor, verdict, now) {
                         Decision::Forward { ticket, .. } => (
@@ -642,6 +726,10 @@ impl Gate {
                         ),
                         Decision::Rejected(reason) => {
                             (self.status(&room, reject_state(reason), None), None)
+                        }
+                        // Not an outcome of a verdict; keep the page waiting.
+                        Decision::SlowDown(_) => {
+                            (self.status(&room, VisitorState::Queued, None), None)
                         }
                     },
                     // The store is down: tell the page to keep waiting.

@@ -15,6 +15,8 @@ use crate::queue_page::Template;
 use crate::store::{RoomOverrides, RoomPolicy};
 
 use super::eta::RateTracker;
+use super::poll_limit::VisitorLimit;
+use crate::clock::SharedClock;
 
 /// One room, ready to serve.
 pub struct Room {
@@ -33,10 +35,17 @@ pub struct Room {
     /// Observed admission rate, for the ETA.
     pub rate: RateTracker,
     pub metrics: RoomMetrics,
+    /// How often each visitor may poll.
+    pub poll_limit: VisitorLimit,
 }
 
 impl Room {
-    pub fn new(config: RoomConfig, template: Template, metrics: RoomMetrics) -> Self {
+    pub fn new(
+        config: RoomConfig,
+        template: Template,
+        metrics: RoomMetrics,
+        clock: SharedClock,
+    ) -> Self {
         let base_policy = config.policy();
         Self {
             fingerprint: fingerprint(&base_policy),
@@ -47,6 +56,7 @@ impl Room {
             template,
             rate: RateTracker::default(),
             metrics,
+            poll_limit: VisitorLimit::new(config.refresh_interval, clock),
             config,
         }
     }

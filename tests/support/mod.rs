@@ -33,6 +33,8 @@ pub fn config(origin: SocketAddr) -> Config {
             max_header_bytes: 16_384,
             header_read_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(5),
+            ip_polls_per_second: 50,
+            ip_poll_burst: 200,
         },
         store: StoreConfig {
             backend: Backend::Memory,

@@ -1,0 +1,143 @@
+//! Poll limits: a reload storm cannot hammer the store. Queued polls are
+//! limited per visitor (a burst, then a few per refresh interval) and per
+//! client address (generous: many visitors share one NAT). A limited poll
+//! gets 429 with `Retry-After` and no store call, so the place is kept.
+//!
+//! The limiters run on the gate's injected clock, so tests move time.
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+use crate::clock::SharedClock;
+use crate::store::VisitorId;
+
+/// The gate's clock as governor sees it: time since the Unix epoch.
+#[derive(Clone)]
+pub struct GateClock(pub SharedClock);
+
+impl Clock for GateClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(self.0.now_ms())
+    }
+}
+
+type Keyed<K> = RateLimiter<K, DashMapStateStore<K>, GateClock, NoOpMiddleware<Duration>>;
+
+/// Polls a visitor may make at once before being spaced out.
+pub const VISITOR_BURST: u32 = 5;
+/// A visitor may poll this many times per refresh interval after its burst.
+pub const VISITOR_POLLS_PER_REFRESH: u32 = 4;
+
+/// One room's per-visitor limiter.
+pub struct VisitorLimit {
+    limiter: Keyed<VisitorId>,
+    clock: GateClock,
+}
+
+impl VisitorLimit {
+    pub fn new(refresh_interval: Duration, clock: SharedClock) -> Self {
+        let every = (refresh_interval / VISITOR_POLLS_PER_REFRESH).max(Duration::from_millis(1));
+        let quota = Quota::with_period(every)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(VISITOR_BURST).unwrap_or(NonZeroU32::MIN));
+        let clock = GateClock(clock);
+        Self {
+            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
+            clock,
+        }
+    }
+
+    /// `Err(retry_after)` when the visitor polls too often.
+    pub fn check(&self, visitor: VisitorId) -> Result<(), Duration> {
+        self.limiter
+            .check_key(&visitor)
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Forgets visitors whose allowance is full again (bounded memory).
+    pub fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+}
+
+/// The per-client-address limiter, shared by every room.
+pub struct AddressLimit {
+    limiter: Keyed<IpAddr>,
+    clock: GateClock,
+}
+
+impl AddressLimit {
+    pub fn new(per_second: u32, burst: u32, clock: SharedClock) -> Self {
+        let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
+        let clock = GateClock(clock);
+        Self {
+            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
+            clock,
+        }
+    }
+
+    pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
+        self.limiter
+            .check_key(&ip)
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    pub fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+}
+
+/// Seconds for a `Retry-After` header: rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_millis().div_ceil(1000) as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_visitor_gets_a_burst_then_one_poll_per_quarter_interval() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let limit = VisitorLimit::new(Duration::from_secs(20), Arc::new(clock.clone()));
+        let v = VisitorId([1; 16]);
+        for _ in 0..VISITOR_BURST {
+            assert!(limit.check(v).is_ok());
+        }
+        let wait = limit.check(v).unwrap_err();
+        assert_eq!(retry_after_secs(wait), 5);
+        assert!(
+            limit.check(VisitorId([2; 16])).is_ok(),
+            "others are not affected"
+        );
+        clock.advance(Duration::from_secs(5));
+        assert!(limit.check(v).is_ok());
+        assert!(limit.check(v).is_err());
+    }
+
+    #[test]
+    fn an_address_is_limited_independently() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let limit = AddressLimit::new(10, 3, Arc::new(clock.clone()));
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        for _ in 0..3 {
+            assert!(limit.check(ip).is_ok());
+        }
+        assert!(limit.check(ip).is_err());
+        clock.advance(Duration::from_millis(100));
+        assert!(limit.check(ip).is_ok());
+    }
+}
