@@ -22,9 +22,11 @@ impl RateTracker {
         // empty capacity) says nothing about how fast the queue will move.
         let sample = stats.admitted_last_minute as f64 * 1000.0 / RATE_WINDOW_MS as f64;
         let mut rate = self.per_second.lock().unwrap_or_else(|p| p.into_inner());
+        // An idle room has no rate to smooth from: the first admissions set
+        // it directly instead of being averaged up from zero.
         *rate = Some(match *rate {
-            Some(old) => old + SMOOTHING * (sample - old),
-            None => sample,
+            Some(old) if old > 0.001 => old + SMOOTHING * (sample - old),
+            _ => sample,
         });
     }
 

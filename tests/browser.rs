@@ -1,0 +1,271 @@
+//! The queue page in a real headless Chromium against the real daemon and a
+//! real origin: what a waiting visitor actually sees and does.
+
+mod support;
+
+#[path = "support/browser.rs"]
+mod browser;
+
+use std::time::Duration;
+
+use browser::{Browser, Options};
+use support::{from_origin, Harness};
+use waitroom::store::VisitorId;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A room of one place, with a fast-polling queue page.
+async fn small_room() -> Harness {
+    Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.rooms[0].abandon_after = Duration::from_secs(600);
+    })
+    .await
+}
+
+/// Admits a visitor outside the browser and returns its client and id.
+async fn admit(h: &Harness) -> (reqwest::Client, VisitorId) {
+    let v = h.visitor();
+    let resp = v.get(h.url("/")).send().await.unwrap();
+    assert!(from_origin(&resp));
+    let echo: serde_json::Value = resp.json().await.unwrap();
+    let id =
+        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    (v, id)
+}
+
+async fn release(h: &Harness, id: VisitorId) {
+    assert!(h
+        .store()
+        .release(&h.policy(), id, h.clock_now())
+        .await
+        .unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_page_updates_in_place_and_lands_on_the_requested_url() {
+    let h = small_room().await;
+    let (_a, a) = admit(&h).await;
+    let b = h.visitor();
+    assert!(!from_origin(&b.get(h.url("/")).send().await.unwrap()));
+
+    let browser = Browser::start(Options::default()).await;
+    browser
+        .client
+        .goto(&h.url("/item/42?color=red&size=m"))
+        .await
+        .unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "2");
+    assert_eq!(browser.text_of("wr-length").await, "2");
+    assert!(
+        browser.text_of("wr-eta").await.contains("minute"),
+        "an estimated wait is shown"
+    );
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-live').getAttribute('aria-live')")
+            .await,
+        "polite"
+    );
+    browser.eval("(window.__marker = 1)").await;
+
+    // The one place frees up: the visitor ahead is admitted on the next poll
+    // and this page moves to position 1 without reloading.
+    release(&h, a).await;
+    browser
+        .wait_until(
+            "document.getElementById('wr-position').textContent.trim() === '1'",
+            WAIT,
+        )
+        .await;
+    assert_eq!(
+        browser.eval("window.__marker").await,
+        1,
+        "updated in place, not reloaded"
+    );
+    let updated = browser.text_of("wr-updated").await;
+    assert_eq!(updated.len(), 8, "time of last update shown: {updated}");
+
+    // The visitor ahead finishes: this browser is admitted and lands on the
+    // exact URL it first asked for, by itself.
+    let resp = b.get(h.url("/")).send().await.unwrap();
+    let echo: serde_json::Value = resp.json().await.unwrap();
+    let b_id =
+        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    release(&h, b_id).await;
+    browser
+        .wait_until("document.body.innerText.includes('\"uri\"')", WAIT)
+        .await;
+    let body = browser.eval("document.body.innerText").await;
+    let echo: serde_json::Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    assert_eq!(echo["uri"], "/item/42?color=red&size=m");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloading_and_a_second_tab_keep_one_place() {
+    let h = small_room().await;
+    let _a = admit(&h).await;
+    let ahead = h.visitor();
+    assert!(!from_origin(&ahead.get(h.url("/")).send().await.unwrap()));
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "2");
+    browser.client.refresh().await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "2");
+    // A second tab of the same browser shares the ticket.
+    let tab = browser.client.new_window(true).await.unwrap();
+    browser.client.switch_to_window(tab.handle).await.unwrap();
+    browser.client.goto(&h.url("/other")).await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "2");
+    assert_eq!(
+        browser.text_of("wr-length").await,
+        "2",
+        "two tabs hold one place"
+    );
+    assert_eq!(
+        h.store()
+            .stats(&h.policy(), h.clock_now())
+            .await
+            .unwrap()
+            .queued,
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_javascript_the_page_refreshes_itself_and_admits() {
+    let h = small_room().await;
+    let (_a, a) = admit(&h).await;
+    let browser = Browser::start(Options {
+        javascript: false,
+        ..Options::default()
+    })
+    .await;
+    browser.client.goto(&h.url("/nojs?x=1")).await.unwrap();
+    let source = browser.client.source().await.unwrap();
+    assert!(source.contains("id=\"wr-position\">1<"), "queued at 1");
+    release(&h, a).await;
+    // The <noscript> meta refresh reloads the page every second.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let source = browser.client.source().await.unwrap_or_default();
+        if source.contains("\"uri\":\"/nojs?x=1\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not admitted without JavaScript"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phone_and_desktop_viewports_need_no_horizontal_scrolling() {
+    let h = Harness::start(|c| {
+        c.rooms[0].state = waitroom::store::RoomState::Paused;
+        c.rooms[0].name = "Spring drop: limited sneakers".into();
+    })
+    .await;
+    for (w, hgt) in [(360, 740), (1280, 800)] {
+        let browser = Browser::start(Options {
+            width: w,
+            height: hgt,
+            ..Options::default()
+        })
+        .await;
+        browser.client.goto(&h.url("/")).await.unwrap();
+        let fits = browser
+            .eval("document.documentElement.scrollWidth <= window.innerWidth")
+            .await;
+        assert_eq!(fits, true, "{w}x{hgt} scrolls sideways");
+        let landmarks = browser
+            .eval("['header','main','footer'].every(t => document.querySelector(t))")
+            .await;
+        assert_eq!(landmarks, true);
+        let external = browser
+            .eval("[...document.querySelectorAll('[src],[href]')].some(e => /^https?:/.test(e.getAttribute('src') || e.getAttribute('href')))")
+            .await;
+        assert_eq!(external, false, "no external resources");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_backs_off_when_told_to_slow_down() {
+    // One poll per second per address, no burst: the page's ~1 s polls with
+    // jitter run into 429 now and then.
+    let h = Harness::start(|c| {
+        c.rooms[0].state = waitroom::store::RoomState::Paused;
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.server.ip_poll_burst = 1;
+        c.server.ip_polls_per_second = 1;
+    })
+    .await;
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    // Record every poll the page makes.
+    browser
+        .eval("(window.__polls = [], window.__fetch = window.fetch, window.fetch = (...a) => window.__fetch(...a).then(r => { window.__polls.push([performance.now(), r.status]); return r; }), 1)")
+        .await;
+    // The manual clock does not move, so after the first poll every poll is limited.
+    browser
+        .wait_until(
+            "window.__polls.filter(p => p[1] === 429).length >= 3",
+            Duration::from_secs(40),
+        )
+        .await;
+    let polls = browser.eval("window.__polls").await;
+    let polls: Vec<(f64, u64)> = polls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_u64().unwrap()))
+        .collect();
+    // Each 429 doubles the wait: the gaps after consecutive 429s grow.
+    let gaps: Vec<f64> = polls.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let last = gaps.len() - 1;
+    assert!(gaps[last] > 3000.0, "backed off to {:?} ms", gaps);
+    assert!(gaps[last] > gaps[0] * 1.5, "gaps grow: {gaps:?}");
+    // And the visitor is still queued.
+    assert_eq!(
+        h.store()
+            .stats(&h.policy(), h.clock_now())
+            .await
+            .unwrap()
+            .queued,
+        1
+    );
+}
+
+/// Writes the screenshots shown in the README (run on purpose:
+/// `cargo test --test browser -- --ignored screenshots`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn screenshots() {
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].name = "Spring drop".into();
+        c.rooms[0].refresh_interval = Duration::from_secs(20);
+    })
+    .await;
+    let _a = admit(&h).await;
+    for _ in 0..41 {
+        h.visitor().get(h.url("/")).send().await.unwrap();
+    }
+    for (name, w, hgt) in [("queue-phone", 360, 740), ("queue-desktop", 1280, 800)] {
+        let browser = Browser::start(Options {
+            width: w,
+            height: hgt,
+            ..Options::default()
+        })
+        .await;
+        browser.client.goto(&h.url("/")).await.unwrap();
+        let png = browser.client.screenshot().await.unwrap();
+        std::fs::write(
+            format!("{}/docs/{name}.png", env!("CARGO_MANIFEST_DIR")),
+            png,
+        )
+        .unwrap();
+    }
+}
