@@ -1,39 +1,74 @@
-//! The honest wait estimate: a smoothed observed admission rate per room,
-//! falling back to what the limits allow when there is no history.
+//! The honest wait estimate: the room's observed admission rate, measured
+//! over several minutes, falling back to what the limits allow when there is
+//! no history.
+//!
+//! Admissions come in batches (sessions that began together end together), so
+//! a 60 s window can hold a whole batch or none of it. The rate is therefore
+//! read from the store's cumulative admission counter over `HORIZON_MS`,
+//! which spans several batches; only a room younger than `MIN_SPAN_MS` uses
+//! the 60 s window.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use crate::store::{RoomPolicy, RoomStats, RATE_WINDOW_MS};
+use crate::store::{RoomPolicy, RoomStats, RoomTotals, RATE_WINDOW_MS};
 
-/// Weight of the newest sample in the moving average. Samples come every few
-/// seconds and each already averages up to 60 s, so this mostly damps noise.
-const SMOOTHING: f64 = 0.3;
+/// How far back the admission rate is measured.
+const HORIZON_MS: u64 = 5 * 60 * 1000;
+/// The counter is trusted once it spans this long.
+const MIN_SPAN_MS: u64 = 2 * 60 * 1000;
 
-/// Admissions per second, as observed from the store's rate window.
+/// Admissions per second, as observed from the store.
 #[derive(Default)]
 pub struct RateTracker {
-    per_second: Mutex<Option<f64>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (time, cumulative admissions) readings, oldest first.
+    counter: VecDeque<(u64, u64)>,
+    per_second: Option<f64>,
 }
 
 impl RateTracker {
     /// Folds in a fresh reading of the room's figures.
-    pub fn observe(&self, stats: &RoomStats) {
-        // Always over the full window: a young room's first burst (filling
-        // empty capacity) says nothing about how fast the queue will move.
-        let sample = stats.admitted_last_minute as f64 * 1000.0 / RATE_WINDOW_MS as f64;
-        let mut rate = self.per_second.lock().unwrap_or_else(|p| p.into_inner());
-        // An idle room has no rate to smooth from: the first admissions set
-        // it directly instead of being averaged up from zero.
-        *rate = Some(match *rate {
-            Some(old) if old > 0.001 => old + SMOOTHING * (sample - old),
-            _ => sample,
-        });
+    pub fn observe(&self, stats: &RoomStats, totals: Option<&RoomTotals>, now_ms: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = totals {
+            // A reset (or a store that lost its data) starts the count again.
+            if inner
+                .counter
+                .back()
+                .is_some_and(|&(_, last)| t.admitted < last)
+            {
+                inner.counter.clear();
+            }
+            inner.counter.push_back((now_ms, t.admitted));
+            while inner
+                .counter
+                .get(1)
+                .is_some_and(|&(at, _)| now_ms.saturating_sub(at) >= HORIZON_MS)
+            {
+                inner.counter.pop_front();
+            }
+        }
+        let window = stats.admitted_last_minute as f64 * 1000.0 / RATE_WINDOW_MS as f64;
+        let rate = match (inner.counter.front(), inner.counter.back()) {
+            (Some(&(t0, a0)), Some(&(t1, a1))) if t1.saturating_sub(t0) >= MIN_SPAN_MS => {
+                a1.saturating_sub(a0) as f64 * 1000.0 / (t1 - t0) as f64
+            }
+            _ => window,
+        };
+        inner.per_second = (rate > 0.0).then_some(rate);
     }
 
     /// The observed rate, if any admissions have been seen recently.
     pub fn observed(&self) -> Option<f64> {
-        let rate = *self.per_second.lock().unwrap_or_else(|p| p.into_inner());
-        rate.filter(|r| *r > 0.001)
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .per_second
     }
 
     /// Seconds until the visitor at `position` is admitted.
@@ -63,5 +98,49 @@ pub fn configured_rate(policy: &RoomPolicy) -> Option<f64> {
     match (by_rate, by_capacity) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(last_minute: u64) -> RoomStats {
+        RoomStats {
+            admitted_last_minute: last_minute,
+            ..RoomStats::default()
+        }
+    }
+
+    fn totals(admitted: u64) -> RoomTotals {
+        RoomTotals {
+            admitted,
+            ..RoomTotals::default()
+        }
+    }
+
+    #[test]
+    fn batches_are_averaged_over_minutes_not_one_window() {
+        let r = RateTracker::default();
+        // 10 admissions every 70 s, in one batch each.
+        let mut admitted = 0;
+        for t in (0..=600_000u64).step_by(2_000) {
+            if t % 70_000 == 0 {
+                admitted += 10;
+            }
+            let in_window = if t % 70_000 < 60_000 { 10 } else { 0 };
+            r.observe(&stats(in_window), Some(&totals(admitted)), t);
+        }
+        let rate = r.observed().unwrap();
+        assert!((rate - 10.0 / 70.0).abs() < 0.02, "{rate}");
+    }
+
+    #[test]
+    fn a_young_room_uses_the_window_and_a_reset_starts_over() {
+        let r = RateTracker::default();
+        r.observe(&stats(30), Some(&totals(30)), 0);
+        assert_eq!(r.observed(), Some(0.5));
+        r.observe(&stats(0), Some(&totals(0)), 10_000);
+        assert_eq!(r.observed(), None);
     }
 }

@@ -195,8 +195,8 @@ impl Gate {
                     continue;
                 }
             };
-            room.rate.observe(&stats);
             let totals = self.bounded(self.store.totals(&policy)).await.ok();
+            room.rate.observe(&stats, totals.as_ref(), now);
             let eta_seconds = room.rate.eta_seconds(stats.queued, &policy);
             self.telemetry.metrics.set_room(
                 &room.config.id,
