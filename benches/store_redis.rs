@@ -325,8 +325,10 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
 }
 
 fn main() {
-    let n = env_or("WR_BENCH_N", 100_000);
-    let secs = env_or("WR_BENCH_SECS", 5);
+    // Under `cargo test` (no `--bench`) a quick smoke run keeps CI short.
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let n = env_or("WR_BENCH_N", if measuring { 100_000 } else { 2_000 });
+    let secs = env_or("WR_BENCH_SECS", if measuring { 5 } else { 1 });
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

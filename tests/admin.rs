@@ -29,16 +29,6 @@ fn admin(h: &Harness, method: reqwest::Method, path: &str) -> reqwest::RequestBu
         .bearer_auth(TOKEN)
 }
 
-async fn status(h: &Harness, v: &reqwest::Client) -> serde_json::Value {
-    v.get(h.url("/__waitroom/status?room=shop"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn room(h: &Harness) -> serde_json::Value {
     admin(h, reqwest::Method::GET, "/api/rooms/shop")
         .send()
@@ -158,7 +148,7 @@ async fn raising_the_limit_admits_the_queue_at_once() {
     let r: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(r["total_active_users"], 3);
     assert_eq!(r["configured"]["total_active_users"], 2);
-    assert_eq!(status(&h, &waiting).await["state"], "admitted");
+    assert_eq!(h.status(&waiting).await["state"], "admitted");
 }
 
 #[tokio::test]
@@ -193,13 +183,13 @@ async fn room_states_hold_admissions_and_close_the_sale() {
     patch(&h, json!({"state": "paused"})).await;
     let second = h.visitor();
     assert!(!from_origin(&second.get(h.url("/")).send().await.unwrap()));
-    assert_eq!(status(&h, &first).await["state"], "queued");
-    assert_eq!(status(&h, &second).await["position"], 2);
+    assert_eq!(h.status(&first).await["state"], "queued");
+    assert_eq!(h.status(&second).await["position"], 2);
 
     // open again: one free place goes to the first in line.
     patch(&h, json!({"state": "open"})).await;
-    assert_eq!(status(&h, &second).await["state"], "queued");
-    assert_eq!(status(&h, &first).await["state"], "admitted");
+    assert_eq!(h.status(&second).await["state"], "queued");
+    assert_eq!(h.status(&first).await["state"], "admitted");
 
     // closed: the queue sees the closed page; no new tickets.
     patch(&h, json!({"state": "closed"})).await;

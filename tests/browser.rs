@@ -27,11 +27,7 @@ async fn small_room() -> Harness {
 /// Admits a visitor outside the browser and returns its client and id.
 async fn admit(h: &Harness) -> (reqwest::Client, VisitorId) {
     let v = h.visitor();
-    let resp = v.get(h.url("/")).send().await.unwrap();
-    assert!(from_origin(&resp));
-    let echo: serde_json::Value = resp.json().await.unwrap();
-    let id =
-        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    let id = support::admitted_id(v.get(h.url("/")).send().await.unwrap()).await;
     (v, id)
 }
 
@@ -89,10 +85,7 @@ async fn the_queue_page_updates_in_place_and_lands_on_the_requested_url() {
 
     // The visitor ahead finishes: this browser is admitted and lands on the
     // exact URL it first asked for, by itself.
-    let resp = b.get(h.url("/")).send().await.unwrap();
-    let echo: serde_json::Value = resp.json().await.unwrap();
-    let b_id =
-        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    let b_id = support::admitted_id(b.get(h.url("/")).send().await.unwrap()).await;
     release(&h, b_id).await;
     browser
         .wait_until("document.body.innerText.includes('\"uri\"')", WAIT)

@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{from_origin, Harness};
+use support::{admitted_id, from_origin, Harness};
 use waitroom::store::VisitorId;
 
 struct Visitor {
@@ -49,13 +49,6 @@ async fn in_a_steady_queue_the_estimate_is_within_a_quarter_of_the_real_wait() {
     // Checkout time -> visitors leaving then.
     let mut checkouts: BTreeMap<u64, Vec<VisitorId>> = BTreeMap::new();
 
-    async fn enter(h: &Harness, client: &reqwest::Client) -> VisitorId {
-        let resp = client.get(h.url("/")).send().await.unwrap();
-        assert!(from_origin(&resp));
-        let echo: serde_json::Value = resp.json().await.unwrap();
-        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap()
-    }
-
     const END: u64 = 50 * 60;
     for t in 0..=END {
         if t > 0 {
@@ -91,10 +84,7 @@ async fn in_a_steady_queue_the_estimate_is_within_a_quarter_of_the_real_wait() {
             };
             if from_origin(&resp) {
                 v.admitted = Some(t);
-                let echo: serde_json::Value = resp.json().await.unwrap();
-                let id =
-                    VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap())
-                        .unwrap();
+                let id = admitted_id(resp).await;
                 checkouts
                     .entry(t + rng.between(40, 100))
                     .or_default()
@@ -121,7 +111,7 @@ async fn in_a_steady_queue_the_estimate_is_within_a_quarter_of_the_real_wait() {
                 .unwrap();
             if s["state"] == "admitted" {
                 v.admitted = Some(t);
-                let id = enter(&h, &v.client).await;
+                let id = admitted_id(v.client.get(h.url("/")).send().await.unwrap()).await;
                 checkouts
                     .entry(t + rng.between(40, 100))
                     .or_default()

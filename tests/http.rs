@@ -13,16 +13,6 @@ use waitroom::ticket::{Grant, KeyRing, Ticket};
 
 const COOKIE: &str = "waitroom_shop";
 
-async fn status_json(h: &Harness, client: &reqwest::Client) -> serde_json::Value {
-    let resp = client
-        .get(h.url("/__waitroom/status?room=shop"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
-}
-
 #[tokio::test]
 async fn admitted_visitor_is_forwarded_with_visitor_id_and_without_our_cookie() {
     let h = Harness::start(|_| {}).await;
@@ -88,24 +78,24 @@ async fn visitors_over_the_limit_queue_in_order_and_are_admitted_as_room_frees()
         );
     }
     // Reloading keeps the place.
-    let again = status_json(&h, &queued[2]).await;
+    let again = h.status(&queued[2]).await;
     assert_eq!(again["position"], 3);
     assert_eq!(again["queue_length"], 4);
     assert_eq!(again["state"], "queued");
 
     // Sessions end (60 s, renewed never since no check-in): the queue moves up.
     h.clock.advance(Duration::from_secs(61));
-    let s = status_json(&h, &queued[3]).await;
+    let s = h.status(&queued[3]).await;
     assert_eq!(
         s["state"], "queued",
         "the fourth waits behind three free places"
     );
     for v in &queued[..3] {
-        assert_eq!(status_json(&h, v).await["state"], "admitted");
+        assert_eq!(h.status(v).await["state"], "admitted");
         let resp = v.get(h.url("/item/7?x=1")).send().await.unwrap();
         assert!(from_origin(&resp), "admitted visitors reach the origin");
     }
-    let s = status_json(&h, &queued[3]).await;
+    let s = h.status(&queued[3]).await;
     assert_eq!(
         (s["state"].as_str(), s["position"].as_u64()),
         (Some("queued"), Some(1))
@@ -267,17 +257,14 @@ async fn origin_revoke_frees_the_place_expires_the_cookie_and_is_stripped() {
         "{cleared}"
     );
 
-    assert_eq!(status_json(&h, &waiting).await["state"], "admitted");
+    assert_eq!(h.status(&waiting).await["state"], "admitted");
 }
 
 #[tokio::test]
 async fn a_session_the_store_forgot_is_a_new_visitor_at_the_next_check_in() {
     let h = Harness::start(|c| c.rooms[0].total_active_users = 1).await;
     let v = h.visitor();
-    let resp = v.get(h.url("/")).send().await.unwrap();
-    let echo: serde_json::Value = resp.json().await.unwrap();
-    let id =
-        VisitorId::from_hex(echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap()).unwrap();
+    let id = support::admitted_id(v.get(h.url("/")).send().await.unwrap()).await;
     let policy = h.policy();
     assert!(h.store().release(&policy, id, T0).await.unwrap());
     // Before the check-in is due the ticket is trusted without a store trip.
@@ -538,4 +525,34 @@ async fn queue_page_escapes_the_room_name() {
         "{page}"
     );
     assert!(!page.contains("<b>Drop"));
+}
+
+#[tokio::test]
+async fn bypass_addresses_and_the_secret_header_skip_the_room() {
+    let h = Harness::start(|c| {
+        c.rooms[0].state = waitroom::store::RoomState::Paused;
+        c.rooms[0].bypass_header = Some((
+            http::HeaderName::from_static("x-load-test"),
+            waitroom::config::Secret("let-me-in".into()),
+        ));
+    })
+    .await;
+    let with = |value: &'static str| h.bare().get(h.url("/")).header("x-load-test", value);
+    assert!(from_origin(&with("let-me-in").send().await.unwrap()));
+    assert!(
+        !from_origin(&with("let-me-out").send().await.unwrap()),
+        "wrong secret queues"
+    );
+
+    let h = Harness::start(|c| {
+        c.rooms[0].state = waitroom::store::RoomState::Paused;
+        c.rooms[0].bypass_ips = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let resp = h.bare().get(h.url("/")).send().await.unwrap();
+    assert!(from_origin(&resp));
+    assert!(
+        set_cookie(&resp, COOKIE).is_none(),
+        "no ticket for bypassed clients"
+    );
 }

@@ -9,7 +9,7 @@ const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 fn config(rooms: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[cookie]\nkeys = [\"{KEY}\"]\nsecure = false\n[origin]\nurl = \"http://127.0.0.1:9\"\n{rooms}"
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\naccess_log = true\n[cookie]\nkeys = [\"{KEY}\"]\nsecure = false\n[origin]\nurl = \"http://127.0.0.1:9\"\n{rooms}"
     )
 }
 
@@ -93,6 +93,23 @@ fn sighup_reloads_and_sigterm_drains_and_exits_zero() {
     };
     let started = wait_for("waitroom listening");
     let admin = started["fields"]["admin_addr"].as_str().unwrap().to_owned();
+    let addr = started["fields"]["addr"].as_str().unwrap().to_owned();
+
+    // The access log: one line per visitor request (the origin is down: 502).
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", &format!("http://{addr}/hello")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let line = wait_for("access");
+    assert_eq!(line["target"], "waitroom::access");
+    assert_eq!(
+        (
+            line["fields"]["path"].as_str(),
+            line["fields"]["status"].as_u64()
+        ),
+        (Some("/hello"), Some(502))
+    );
     let rooms = |admin: &str| -> usize {
         let out = Command::new("curl")
             .args(["-s", &format!("http://{admin}/api/rooms")])

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redis_server::RedisServer;
 use support::{from_origin, set_cookie, Harness};
 use waitroom::config::{Backend, Config, FailMode};
+use waitroom::store::VisitorId;
 
 const COOKIE: &str = "waitroom_shop";
 
@@ -30,22 +31,18 @@ fn on_redis(server: &RedisServer, mode: FailMode) -> impl FnOnce(&mut Config) + 
     }
 }
 
-async fn status(h: &Harness, v: &reqwest::Client) -> serde_json::Value {
-    v.get(h.url("/__waitroom/status?room=shop"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-async fn visitor_id(resp: reqwest::Response) -> String {
-    let echo: serde_json::Value = resp.json().await.unwrap();
-    echo["headers"]["x-waitroom-visitor"][0]
-        .as_str()
-        .unwrap()
-        .to_owned()
+/// Fills a room of two: two admitted visitors (with their ids), three queued.
+async fn fill(h: &Harness) -> (Vec<reqwest::Client>, Vec<VisitorId>, Vec<reqwest::Client>) {
+    let admitted: Vec<_> = (0..2).map(|_| h.visitor()).collect();
+    let mut ids = Vec::new();
+    for v in &admitted {
+        ids.push(support::admitted_id(v.get(h.url("/")).send().await.unwrap()).await);
+    }
+    let queued: Vec<_> = (0..3).map(|_| h.visitor()).collect();
+    for v in &queued {
+        assert!(!from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    }
+    (admitted, ids, queued)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,15 +53,7 @@ async fn a_restarted_daemon_keeps_every_queued_place_and_admitted_session() {
         c.rooms[0].total_active_users = 2;
     })
     .await;
-    let admitted: Vec<_> = (0..2).map(|_| h.visitor()).collect();
-    let mut ids = Vec::new();
-    for v in &admitted {
-        ids.push(visitor_id(v.get(h.url("/")).send().await.unwrap()).await);
-    }
-    let queued: Vec<_> = (0..3).map(|_| h.visitor()).collect();
-    for v in &queued {
-        assert!(!from_origin(&v.get(h.url("/")).send().await.unwrap()));
-    }
+    let (admitted, ids, queued) = fill(&h).await;
     let clock = h.clock.clone();
     let Harness { daemon, origin, .. } = h;
     daemon.shutdown().await;
@@ -80,7 +69,7 @@ async fn a_restarted_daemon_keeps_every_queued_place_and_admitted_session() {
     )
     .await;
     for (i, v) in queued.iter().enumerate() {
-        let s = status(&h2, v).await;
+        let s = h2.status(v).await;
         assert_eq!(
             (s["state"].as_str(), s["position"].as_u64()),
             (Some("queued"), Some(i as u64 + 1))
@@ -89,7 +78,7 @@ async fn a_restarted_daemon_keeps_every_queued_place_and_admitted_session() {
     for (v, id) in admitted.iter().zip(&ids) {
         let resp = v.get(h2.url("/")).send().await.unwrap();
         assert!(from_origin(&resp));
-        assert_eq!(&visitor_id(resp).await, id, "same session");
+        assert_eq!(&support::admitted_id(resp).await, id, "same session");
     }
     let stats = h2.store().stats(&h2.policy(), support::T0).await.unwrap();
     assert_eq!((stats.active, stats.queued), (2, 3));
@@ -103,15 +92,7 @@ async fn after_flushall_polling_visitors_get_their_places_back_and_sessions_coun
         c.rooms[0].total_active_users = 2;
     })
     .await;
-    let admitted: Vec<_> = (0..2).map(|_| h.visitor()).collect();
-    let mut ids = Vec::new();
-    for v in &admitted {
-        ids.push(visitor_id(v.get(h.url("/")).send().await.unwrap()).await);
-    }
-    let queued: Vec<_> = (0..3).map(|_| h.visitor()).collect();
-    for v in &queued {
-        assert!(!from_origin(&v.get(h.url("/")).send().await.unwrap()));
-    }
+    let (admitted, ids, queued) = fill(&h).await;
 
     let _: () = server.cmd(&["FLUSHALL"]);
     let stats = h.store().stats(&h.policy(), support::T0).await.unwrap();
@@ -127,7 +108,7 @@ async fn after_flushall_polling_visitors_get_their_places_back_and_sessions_coun
     for (v, id) in admitted.iter().zip(&ids) {
         let resp = v.get(h.url("/")).send().await.unwrap();
         assert!(from_origin(&resp));
-        assert_eq!(&visitor_id(resp).await, id);
+        assert_eq!(&support::admitted_id(resp).await, id);
     }
     let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
     assert_eq!(stats.active, 2, "admitted visitors are counted again");
@@ -135,14 +116,14 @@ async fn after_flushall_polling_visitors_get_their_places_back_and_sessions_coun
     // Queued visitors poll back in reverse order and still end up in their
     // original order, ahead of anyone who arrives after the loss.
     for v in queued.iter().rev() {
-        assert_eq!(status(&h, v).await["state"], "queued");
+        assert_eq!(h.status(v).await["state"], "queued");
     }
     let late = h.visitor();
     assert!(!from_origin(&late.get(h.url("/")).send().await.unwrap()));
     for (i, v) in queued.iter().enumerate() {
-        assert_eq!(status(&h, v).await["position"], i as u64 + 1);
+        assert_eq!(h.status(v).await["position"], i as u64 + 1);
     }
-    assert_eq!(status(&h, &late).await["position"], 4);
+    assert_eq!(h.status(&late).await["position"], 4);
 }
 
 /// Kills Redis.
@@ -255,7 +236,7 @@ async fn fail_local_enforces_this_instances_share_of_the_limits() {
         assert!(took < Duration::from_millis(700), "waited {took:?}");
     }
     assert_eq!(forwarded, 2, "exactly this instance's share is admitted");
-    assert_eq!(status(&h, &local[2]).await["position"], 1);
+    assert_eq!(h.status(&local[2]).await["position"], 1);
     recovers(&h, &mut server).await;
 }
 
@@ -285,4 +266,38 @@ async fn a_frozen_redis_costs_a_request_at_most_the_timeout() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Calls of one Redis command so far (INFO commandstats).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    server
+        .info_field("commandstats", &format!("cmdstat_{command}"))
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("calls=")?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_requests_cost_no_redis_command_until_their_check_in() {
+    let server = redis().await;
+    let h = Harness::start(on_redis(&server, FailMode::Open)).await;
+    let v = h.visitor();
+    assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    // ZADD is what arrive, poll and check-in write with; the background
+    // refresh of an empty queue never does.
+    let before = calls(&server, "zadd");
+    for _ in 0..50 {
+        assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    }
+    assert_eq!(
+        calls(&server, "zadd"),
+        before,
+        "no store decision for admitted requests"
+    );
+    // At the check-in (a quarter of the 60 s session) one script renews the session.
+    h.clock.advance(Duration::from_secs(16));
+    assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
+    assert_eq!(calls(&server, "zadd"), before + 1);
 }

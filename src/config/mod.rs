@@ -56,6 +56,8 @@ pub struct ServerConfig {
     pub ip_polls_per_second: u32,
     /// Queued polls one client address may make at once.
     pub ip_poll_burst: u32,
+    /// Log one line per visitor request (target `waitroom::access`).
+    pub access_log: bool,
 }
 
 /// What happens to a request no room matches.

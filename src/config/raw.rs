@@ -261,6 +261,8 @@ struct RawServer {
     ip_polls_per_second: Option<u64>,
     /// Queued polls one client address may make at once.
     ip_poll_burst: Option<u64>,
+    /// One log line per request (target `waitroom::access`).
+    access_log: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -817,6 +819,7 @@ impl Checker<'_, '_> {
             unmatched,
             ip_polls_per_second,
             ip_poll_burst,
+            access_log: raw.access_log.unwrap_or(false),
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
             header_read_timeout,

@@ -73,6 +73,7 @@ pub struct Gate {
     pub telemetry: Arc<Telemetry>,
     /// How often one client address may poll.
     ip_limit: AddressLimit,
+    access_log: bool,
     /// When idle poll-limit entries were last forgotten (clock ms).
     limits_swept_at: AtomicU64,
 }
@@ -168,6 +169,7 @@ impl Gate {
             ),
             clock,
             limits_swept_at: AtomicU64::new(0),
+            access_log: config.server.access_log,
         })
     }
 
@@ -250,8 +252,24 @@ impl Gate {
 
     /// Answers one visitor request. Never fails: every error becomes a page.
     pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        if !self.access_log {
+            let resp = self.phases(req, peer).await;
+            self.telemetry.metrics.response(resp.status());
+            return resp;
+        }
+        let started = Instant::now();
+        let (method, path) = (req.method().clone(), req.uri().path().to_owned());
         let resp = self.phases(req, peer).await;
         self.telemetry.metrics.response(resp.status());
+        tracing::info!(
+            target: "waitroom::access",
+            %method,
+            path,
+            status = resp.status().as_u16(),
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            peer = %peer.ip(),
+            "access"
+        );
         resp
     }
 

@@ -35,6 +35,7 @@ pub fn config(origin: SocketAddr) -> Config {
             drain_timeout: Duration::from_secs(5),
             ip_polls_per_second: 50,
             ip_poll_burst: 200,
+            access_log: false,
         },
         store: StoreConfig {
             backend: Backend::Memory,
@@ -148,6 +149,17 @@ impl Harness {
         self.clock.now_ms()
     }
 
+    /// The visitor's standing, as the queue page's script polls it.
+    pub async fn status(&self, visitor: &reqwest::Client) -> serde_json::Value {
+        let resp = visitor
+            .get(self.url("/__waitroom/status?room=shop"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().await.unwrap()
+    }
+
     /// The daemon's store.
     pub fn store(&self) -> SharedStore {
         self.daemon.gate().store.clone()
@@ -186,6 +198,14 @@ pub fn set_cookie(resp: &reqwest::Response, name: &str) -> Option<String> {
         .filter_map(|kv| kv.split_once('='))
         .find(|(n, _)| *n == name)
         .map(|(_, v)| v.to_owned())
+}
+
+/// The visitor id the origin received, from the fake origin's echo.
+pub async fn admitted_id(resp: reqwest::Response) -> waitroom::store::VisitorId {
+    assert!(from_origin(&resp), "not admitted: {}", resp.status());
+    let echo: serde_json::Value = resp.json().await.unwrap();
+    let hex = echo["headers"]["x-waitroom-visitor"][0].as_str().unwrap();
+    waitroom::store::VisitorId::from_hex(hex).unwrap()
 }
 
 /// Whether a response is the origin's (and not the daemon's queue page).
