@@ -20,6 +20,10 @@ use redis_server::{RedisCluster, RedisServer};
 const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 const SESSION_SECS: u64 = 3;
 
+/// The two scenarios each run three daemons and 600 clients: one at a time,
+/// so neither starves the other of the machine's cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One `waitroom run` process, killed on drop.
 struct Instance {
     child: Child,
@@ -65,7 +69,7 @@ total_active_users = 100
 new_users_per_minute = 10000
 session_duration = "{SESSION_SECS}s"
 session_renewal = false
-refresh_interval = "1s"
+refresh_interval = "2s"
 abandon_after = "60s"
 "#
             ),
@@ -135,6 +139,7 @@ async fn three_instances_on_redis_cluster_admit_exactly_the_limit_and_keep_fifo(
 }
 
 async fn scenario(redis_urls: Vec<String>) {
+    let _one_at_a_time = SERIAL.lock().await;
     let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let origin_addr = origin.local_addr().unwrap();
     tokio::spawn(waitroom::demo::serve(origin));
