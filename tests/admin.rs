@@ -29,6 +29,10 @@ fn admin(h: &Harness, method: reqwest::Method, path: &str) -> reqwest::RequestBu
         .bearer_auth(TOKEN)
 }
 
+async fn room_list(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 async fn room(h: &Harness) -> serde_json::Value {
     admin(h, reqwest::Method::GET, "/api/rooms/shop")
         .send()
@@ -209,18 +213,9 @@ async fn room_states_hold_admissions_and_close_the_sale() {
 async fn release_ends_a_session_and_reset_empties_the_room() {
     let h = with_token().await;
     let v = h.visitor();
-    let echo: serde_json::Value = v
-        .get(h.url("/"))
-        .send()
+    let id = support::admitted_id(v.get(h.url("/")).send().await.unwrap())
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = echo["headers"]["x-waitroom-visitor"][0]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .to_hex();
     let resp = admin(&h, reqwest::Method::POST, "/api/rooms/shop/release")
         .json(&json!({"visitor": id}))
         .send()
@@ -380,14 +375,7 @@ async fn reload_changes_rooms_without_dropping_requests_and_refuses_a_bad_file()
     std::fs::write(&path, file(&two)).unwrap();
     let resp = client.post(admin_url("/api/reload")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    let rooms: serde_json::Value = client
-        .get(admin_url("/api/rooms"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rooms = room_list(&client, &admin_url("/api/rooms")).await;
     assert_eq!(rooms.as_array().unwrap().len(), 2, "room added");
     let done = slow.await.unwrap().unwrap();
     assert_eq!(done.status(), 200);
@@ -399,27 +387,13 @@ async fn reload_changes_rooms_without_dropping_requests_and_refuses_a_bad_file()
     assert_eq!(resp.status(), 400);
     let e: serde_json::Value = resp.json().await.unwrap();
     assert!(e["error"].as_str().unwrap().contains("room[0].id"), "{e}");
-    let rooms: serde_json::Value = client
-        .get(admin_url("/api/rooms"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rooms = room_list(&client, &admin_url("/api/rooms")).await;
     assert_eq!(rooms.as_array().unwrap().len(), 2);
 
     // Removing a room: its path now belongs to the remaining "/" room.
     std::fs::write(&path, file(one)).unwrap();
     daemon.reload_from_file().await.unwrap();
-    let rooms: serde_json::Value = client
-        .get(admin_url("/api/rooms"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rooms = room_list(&client, &admin_url("/api/rooms")).await;
     assert_eq!(rooms.as_array().unwrap().len(), 1, "room removed");
     daemon.shutdown().await;
 }

@@ -100,15 +100,7 @@ async fn in_a_steady_queue_the_estimate_is_within_a_quarter_of_the_real_wait() {
             .iter_mut()
             .filter(|v| v.admitted.is_none() && (t - v.joined) % 5 == 0 && t > v.joined)
         {
-            let s: serde_json::Value = v
-                .client
-                .get(h.url("/__waitroom/status?room=shop"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let s = h.status(&v.client).await;
             if s["state"] == "admitted" {
                 v.admitted = Some(t);
                 let id = admitted_id(v.client.get(h.url("/")).send().await.unwrap()).await;
