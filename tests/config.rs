@@ -292,7 +292,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad_inline_cookie_key",
-        "cookie.keys[0] (line 4, column 9): decodes to 5 bytes; a key is 32 bytes of base64 (make one with `waitroom keygen`)",
+        "cookie.keys[0] (line 4, column 9): the key must be 32 bytes in base64 (43 or 44 characters), got 8 characters; generate one with `waitroom keygen`",
     ),
     (
         "bad_keys_env_name",
@@ -830,14 +830,17 @@ fn bad_environment_key_is_named_but_never_printed() {
     let e = err(MINIMAL, &env);
     assert_eq!(
         e,
-        "cookie.keys_env: key 2 in environment variable WAITROOM_COOKIE_KEYS decodes to 12 bytes; \
-         a key is 32 bytes of base64 (make one with `waitroom keygen`)"
+        "cookie.keys_env: key 2 in environment variable WAITROOM_COOKIE_KEYS: the key must be 32 \
+         bytes in base64 (43 or 44 characters), got 16 characters; generate one with `waitroom keygen`"
     );
-    let env = env_of(&[("WAITROOM_COOKIE_KEYS", "not*base64!")]);
+    // Right length, wrong alphabet.
+    let bad = "not*base64!".repeat(4);
+    let env = env_of(&[("WAITROOM_COOKIE_KEYS", &bad[..43])]);
     let e = err(MINIMAL, &env);
     assert_eq!(
         e,
-        "cookie.keys_env: key 1 in environment variable WAITROOM_COOKIE_KEYS is not valid base64"
+        "cookie.keys_env: key 1 in environment variable WAITROOM_COOKIE_KEYS: the key is not valid \
+         base64 (standard or url-safe alphabet); generate one with `waitroom keygen`"
     );
     assert!(!e.contains("not*base64!"));
 }

@@ -14,9 +14,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine as _;
 use ipnet::IpNet;
 use serde::de::{self, Deserializer, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
@@ -24,7 +21,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
-    Secret32, ServerConfig, StoreConfig, Unmatched,
+    ServerConfig, StoreConfig, Unmatched,
 };
 use crate::store::{QueueingMethod, RoomState};
 
@@ -203,27 +200,6 @@ pub fn load_with(
         source,
     })?;
     from_toml_str_with(&src, options, env)
-}
-
-/// Decodes one cookie key: base64 (standard or URL-safe alphabet, padded or
-/// not) of exactly 32 bytes. The error never repeats the input, which is a secret.
-fn parse_key(text: &str) -> Result<Secret32, String> {
-    let lenient =
-        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
-    let standard = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
-    let url_safe = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
-    let text = text.trim();
-    let bytes = standard
-        .decode(text)
-        .or_else(|_| url_safe.decode(text))
-        .map_err(|_| "is not valid base64".to_owned())?;
-    let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
-        format!(
-            "decodes to {} bytes; a key is 32 bytes of base64 (make one with `waitroom keygen`)",
-            bytes.len()
-        )
-    })?;
-    Ok(Secret32(key))
 }
 
 // ---------------------------------------------------------------------------
@@ -938,17 +914,17 @@ impl Checker<'_, '_> {
         if let Some((var, value)) = from_env {
             let entries = value.split(',').map(str::trim).filter(|e| !e.is_empty());
             for (i, entry) in entries.enumerate() {
-                match parse_key(entry) {
+                match crate::ticket::parse_key(entry) {
                     Ok(key) => keys.push(key),
                     Err(why) => self.fail(
                         &env_path,
-                        format!("key {} in environment variable {var} {why}", i + 1),
+                        format!("key {} in environment variable {var}: {why}", i + 1),
                     ),
                 }
             }
         } else if let Some(inline) = raw.keys {
             for (i, entry) in inline.iter().enumerate() {
-                match parse_key(entry) {
+                match crate::ticket::parse_key(entry) {
                     Ok(key) => keys.push(key),
                     Err(why) => self.fail(&p.key("keys").index(i), why),
                 }
