@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,14 @@ pub struct Browser {
 }
 
 impl Drop for Browser {
+    /// Stops chromedriver and every Chromium process it started: they share
+    /// chromedriver's process group, so the browser cannot outlive the test.
     fn drop(&mut self) {
+        // `-s KILL -- -PGID`: the `--` keeps the negative group id from
+        // being read as an option.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -58,6 +66,7 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start chromedriver");
         let profile = tempfile::tempdir().unwrap();
