@@ -296,6 +296,7 @@ impl Admin {
         if let Some(v) = change.state {
             o.state = Some(v);
         }
+        o.revision += 1;
         gate.store.set_overrides(&room.config.id, Some(&o)).await?;
         room.apply_overrides(Some(&o));
         Ok(())

@@ -2,7 +2,7 @@
 //! matcher that picks a room by host and longest path prefix.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use http::HeaderMap;
@@ -25,6 +25,9 @@ pub struct Room {
     base_policy: RoomPolicy,
     /// The policy in force: the base with the operator's runtime overrides.
     policy: ArcSwap<RoomPolicy>,
+    /// Revision of the overrides in `policy` (0: none), held while a new
+    /// policy is chosen so a stale read cannot undo a newer change.
+    applied_revision: Mutex<u64>,
     /// Identifies this room's configuration, so overrides made against an
     /// older config file are dropped once the file changes the room.
     pub fingerprint: u64,
@@ -50,6 +53,7 @@ impl Room {
         Self {
             fingerprint: fingerprint(&base_policy),
             policy: ArcSwap::from_pointee(base_policy.clone()),
+            applied_revision: Mutex::new(0),
             base_policy,
             cookie_name: format!("{COOKIE_PREFIX}{}", config.id),
             check_in_interval_ms: config.check_in_interval().as_millis() as u64,
@@ -68,11 +72,26 @@ impl Room {
 
     /// Applies the operator's runtime changes (or drops them when they were
     /// made against another config). Returns true if the policy changed.
+    ///
+    /// Overrides older than those already applied are ignored: the refresh
+    /// task may have read the store just before an operator's change that
+    /// this instance applied at once. Missing overrides, or overrides made
+    /// against another config, count as revision 0.
     pub fn apply_overrides(&self, overrides: Option<&RoomOverrides>) -> bool {
-        let next = match overrides {
-            Some(o) if o.config_fingerprint == self.fingerprint => o.apply(&self.base_policy),
-            _ => self.base_policy.clone(),
+        let (next, revision) = match overrides {
+            Some(o) if o.config_fingerprint == self.fingerprint => {
+                (o.apply(&self.base_policy), o.revision)
+            }
+            _ => (self.base_policy.clone(), 0),
         };
+        let mut applied = self
+            .applied_revision
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if revision < *applied {
+            return false;
+        }
+        *applied = revision;
         if *self.policy.load_full() == next {
             return false;
         }
@@ -203,6 +222,60 @@ mod tests {
         assert_eq!(strip_port("shop.example:8080"), "shop.example");
         assert_eq!(strip_port("shop.example"), "shop.example");
         assert_eq!(strip_port("[::1]:8080"), "[::1]");
+    }
+
+    fn shop() -> Room {
+        let config = crate::config::from_toml_str(
+            r#"
+            [cookie]
+            keys = ["__________________________________________8"]
+            [origin]
+            url = "http://127.0.0.1:3000"
+            [[room]]
+            id = "shop"
+            path = "/"
+            total_active_users = 10
+            new_users_per_minute = 60
+            "#,
+        )
+        .unwrap();
+        let metrics = crate::admin::metrics::Metrics::new().room("shop");
+        let clock: SharedClock = Arc::new(crate::clock::ManualClock::new(0));
+        Room::new(config.rooms[0].clone(), Template::builtin(), metrics, clock)
+    }
+
+    fn limit(room: &Room, users: u64, revision: u64) -> RoomOverrides {
+        RoomOverrides {
+            total_active_users: Some(users),
+            config_fingerprint: room.fingerprint,
+            revision,
+            ..RoomOverrides::default()
+        }
+    }
+
+    #[test]
+    fn a_stale_read_never_undoes_a_newer_change() {
+        let room = shop();
+        assert!(room.apply_overrides(Some(&limit(&room, 5, 2))));
+        assert_eq!(room.policy().total_active_users, 5);
+        // What the refresh task read just before the operator's change.
+        assert!(!room.apply_overrides(Some(&limit(&room, 7, 1))));
+        assert!(!room.apply_overrides(None));
+        assert_eq!(room.policy().total_active_users, 5);
+        // Same revision written by another instance: the store wins.
+        assert!(room.apply_overrides(Some(&limit(&room, 6, 2))));
+        assert!(room.apply_overrides(Some(&limit(&room, 8, 3))));
+        assert_eq!(room.policy().total_active_users, 8);
+    }
+
+    #[test]
+    fn without_overrides_the_config_file_rules() {
+        let room = shop();
+        let mut foreign = limit(&room, 5, 1);
+        foreign.config_fingerprint ^= 1;
+        assert!(!room.apply_overrides(Some(&foreign)));
+        assert!(!room.apply_overrides(None));
+        assert_eq!(room.policy().total_active_users, 10);
     }
 
     #[test]

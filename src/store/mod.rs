@@ -221,6 +221,10 @@ pub struct RoomOverrides {
     /// Fingerprint of the room's configuration when the changes were made:
     /// once the config file changes the room, the file wins again.
     pub config_fingerprint: u64,
+    /// Counts the changes (1 for the first): an instance never replaces the
+    /// overrides it applied with an older revision it read before them.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 impl RoomOverrides {
