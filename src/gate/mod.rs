@@ -282,14 +282,14 @@ impl Gate {
         };
 
         // Phase 1: route.
-        let path = req.uri().path().to_owned();
-        if path.starts_with(&self.reserved_prefix) {
-            return self
-                .reserved(&req, &path[self.reserved_prefix.len()..], client)
-                .await;
+        let path = req.uri().path();
+        if let Some(rest) = path.strip_prefix(self.reserved_prefix.as_str()) {
+            return self.reserved(&req, rest, client).await;
         }
-        let host = proxy::original_host(&req);
-        let Some(room) = self.rooms.matching(host.as_deref(), &path).cloned() else {
+        let matched = self.rooms.matching(proxy::original_host(&req), path);
+        // Phase 2 is decided here too, while the request is only borrowed.
+        let bypass = matched.is_some_and(|room| room.bypasses(path, client, req.headers()));
+        let Some(room) = matched.cloned() else {
             return match self.unmatched {
                 Unmatched::Forward => self.forward(req, &fwd, None, None, None).await,
                 Unmatched::NotFound => message(
@@ -302,7 +302,7 @@ impl Gate {
         };
 
         // Phase 2: bypass.
-        if room.bypasses(&path, client, req.headers()) {
+        if bypass {
             return self.forward(req, &fwd, None, None, None).await;
         }
 
@@ -704,9 +704,7 @@ impl Gate {
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
         let room = match room_id {
             Some(id) => self.rooms.by_id(id),
-            None => self
-                .rooms
-                .matching(proxy::original_host(req).as_deref(), "/"),
+            None => self.rooms.matching(proxy::original_host(req), "/"),
         };
         let Some(room) = room.cloned() else {
             return json(

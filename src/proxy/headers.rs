@@ -77,7 +77,12 @@ pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr
 
 /// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
 /// peer appended) only when the peer is trusted; otherwise they are replaced.
-pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host: Option<&str>) {
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: IpAddr,
+    trusted: bool,
+    host: Option<HeaderValue>,
+) {
     let prior_for = trusted.then(|| joined(headers, &X_FORWARDED_FOR)).flatten();
     let xff = match prior_for {
         Some(prior) => format!("{prior}, {peer}"),
@@ -90,7 +95,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host:
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
     if !(trusted && headers.contains_key(&X_FORWARDED_HOST)) {
-        match host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        match host {
             Some(v) => {
                 headers.insert(X_FORWARDED_HOST, v);
             }
@@ -112,21 +117,36 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
 
 /// Removes the daemon's cookies from the `Cookie` header(s), keeping the rest.
 pub fn strip_own_cookies(headers: &mut HeaderMap) {
-    if !headers.contains_key(header::COOKIE) {
+    let mut values = headers.get_all(header::COOKIE).iter();
+    let Some(first) = values.next() else {
+        return;
+    };
+    // The common cases need no new header: one `Cookie` line without ours.
+    let has_ours = |v: &HeaderValue| {
+        v.to_str().map_or(true, |v| {
+            v.split(';').any(|c| c.trim().starts_with(COOKIE_PREFIX))
+        })
+    };
+    if values.next().is_none() && !has_ours(first) {
         return;
     }
-    let kept: Vec<String> = headers
+    let mut kept = String::new();
+    let pairs = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(COOKIE_PREFIX))
-        .map(str::to_owned)
-        .collect();
+        .filter(|c| !c.is_empty() && !c.starts_with(COOKIE_PREFIX));
+    for pair in pairs {
+        if !kept.is_empty() {
+            kept.push_str("; ");
+        }
+        kept.push_str(pair);
+    }
     headers.remove(header::COOKIE);
     if !kept.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+        if let Ok(v) = HeaderValue::from_str(&kept) {
             headers.insert(header::COOKIE, v);
         }
     }
@@ -190,7 +210,12 @@ mod tests {
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
         ]);
-        set_forwarded(&mut h, peer, false, Some("shop.example"));
+        set_forwarded(
+            &mut h,
+            peer,
+            false,
+            Some(HeaderValue::from_static("shop.example")),
+        );
         assert_eq!(h["x-forwarded-for"], "10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "shop.example");
@@ -199,7 +224,12 @@ mod tests {
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
         ]);
-        set_forwarded(&mut h, peer, true, Some("shop.example"));
+        set_forwarded(
+            &mut h,
+            peer,
+            true,
+            Some(HeaderValue::from_static("shop.example")),
+        );
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "https");
     }

@@ -94,26 +94,31 @@ impl Proxy {
             req.headers().contains_key(header::UPGRADE) && req.version() == Version::HTTP_11;
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
-        let host = original_host(&req);
-        let path = req
-            .uri()
-            .path_and_query()
-            .map(PathAndQuery::as_str)
-            .unwrap_or("/");
-        let uri = Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{}", self.base_path, path))
-            .build()
-            .map_err(|e| OriginError::BadRequest(e.to_string()))?;
-        *req.uri_mut() = uri;
+        let host = original_host_value(&req);
+        let path_and_query = match (self.base_path.is_empty(), req.uri().path_and_query()) {
+            (true, Some(pq)) => pq.clone(),
+            (_, pq) => {
+                let path = pq.map_or("/", PathAndQuery::as_str);
+                PathAndQuery::try_from(format!("{}{}", self.base_path, path))
+                    .map_err(|e| OriginError::BadRequest(e.to_string()))?
+            }
+        };
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(self.scheme.clone());
+        uri.authority = Some(self.authority.clone());
+        uri.path_and_query = Some(path_and_query);
+        *req.uri_mut() =
+            Uri::from_parts(uri).map_err(|e| OriginError::BadRequest(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
         headers::strip_hop_by_hop(headers, upgrade);
-        headers::set_forwarded(headers, fwd.peer, fwd.peer_trusted, host.as_deref());
-        // Keep the visitor's Host so virtual-hosted origins see their own name.
-        if let Some(h) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
-            headers.insert(header::HOST, h);
+        headers::set_forwarded(headers, fwd.peer, fwd.peer_trusted, host.clone());
+        // Keep the visitor's Host so virtual-hosted origins see their own name
+        // (an HTTP/2 visitor sent it as the URI's authority instead).
+        if let Some(h) = host {
+            if !headers.contains_key(header::HOST) {
+                headers.insert(header::HOST, h);
+            }
         }
 
         let sent = tokio::time::timeout(self.timeout, self.client.request(req)).await;
@@ -150,12 +155,22 @@ impl Proxy {
 }
 
 /// The host the visitor asked for (`Host`, or the authority of an HTTP/2 URI).
-pub fn original_host<B>(req: &Request<B>) -> Option<String> {
+pub fn original_host<B>(req: &Request<B>) -> Option<&str> {
     req.headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .or_else(|| req.uri().authority().map(Authority::as_str))
+}
+
+/// [`original_host`] as a header value, for `Host` and `X-Forwarded-Host`.
+fn original_host_value<B>(req: &Request<B>) -> Option<HeaderValue> {
+    match req.headers().get(header::HOST) {
+        Some(h) => Some(h.clone()),
+        None => req
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+    }
 }
 
 /// `e` and its sources, for the log (never for a response body).
