@@ -300,7 +300,15 @@ impl Room {
             return self.queued(node);
         }
         let fresh_session = now + p.session_duration_ms;
-        match p.method {
+        // passthrough and reject keep no queue of their own, but in `paused`
+        // and `queue_all` newcomers wait in line like everyone else.
+        let method = match p.method {
+            QueueingMethod::Passthrough | QueueingMethod::Reject if p.state != RoomState::Open => {
+                QueueingMethod::Fifo
+            }
+            m => m,
+        };
+        match method {
             QueueingMethod::Passthrough => self.admit(visitor, fresh_session, now),
             QueueingMethod::Reject => {
                 if self.has_room(p) {
@@ -346,7 +354,8 @@ impl Room {
             }
             return Verdict::Rejected(RejectReason::Closed);
         }
-        if p.method == QueueingMethod::Passthrough {
+        // No limits to wait for, unless the room is paused.
+        if p.method == QueueingMethod::Passthrough && p.state != RoomState::Paused {
             if let Some(node) = existing {
                 self.queue.remove(node);
             }

@@ -60,6 +60,7 @@ macro_rules! store_conformance {
             passthrough_counts_and_never_refuses,
             reject_method_refuses_over_the_limits,
             paused_room_queues_and_keeps_order,
+            states_hold_rooms_without_a_queue_too,
             queue_all_room_queues_then_promotes,
             closed_room_rejects_arrivals_and_queued_visitors,
             closed_room_keeps_sessions,
@@ -897,6 +898,44 @@ pub async fn paused_room_queues_and_keeps_order(h: &Harness) {
     assert_eq!(queued(r.poll(q[2].0, q[2].1, at).await).position, 1);
     admitted(r.poll(q[0].0, q[0].1, at).await);
     admitted(r.poll(q[1].0, q[1].1, at).await);
+}
+
+/// Room states hold `passthrough` and `reject` rooms too, though those
+/// methods keep no queue of their own: newcomers wait in line. `paused`
+/// admits nobody until the room opens; in `queue_all` (and once open) the line
+/// is let in as the method allows: passthrough all at once, reject within the
+/// limits.
+pub async fn states_hold_rooms_without_a_queue_too(h: &Harness) {
+    for method in [QueueingMethod::Passthrough, QueueingMethod::Reject] {
+        for state in [RoomState::Paused, RoomState::QueueAll] {
+            let case = format!("{method:?} {state:?}");
+            let mut p = room(&case.replace(' ', "-").to_lowercase());
+            p.total_active_users = 2;
+            p.method = method;
+            p.state = state;
+            let r = bind(h, p.clone());
+            let q = r.queue_up(3, T0).await;
+            if state == RoomState::Paused {
+                for (v, seq) in &q {
+                    let place = queued(r.poll(*v, *seq, T0 + SECOND).await);
+                    assert_eq!(place.queue_length, 3, "{case}");
+                }
+                let s = r.stats(T0 + SECOND).await;
+                assert_eq!((s.active, s.queued), (0, 3), "{case}");
+                p.state = RoomState::Open;
+            }
+            let r = bind(h, p);
+            let at = T0 + 2 * SECOND;
+            admitted(r.poll(q[0].0, q[0].1, at).await);
+            admitted(r.poll(q[1].0, q[1].1, at).await);
+            if method == QueueingMethod::Passthrough {
+                admitted(r.poll(q[2].0, q[2].1, at).await);
+            } else {
+                let place = queued(r.poll(q[2].0, q[2].1, at).await);
+                assert_eq!((place.position, place.queue_length), (1, 1), "{case}");
+            }
+        }
+    }
 }
 
 /// `queue_all`: every newcomer queues even with room, and promotion admits

@@ -17,12 +17,12 @@ local function decide()
     if place then
         return place
     end
-    -- passthrough and reject have no queue to hold anyone in, so paused and
-    -- queue_all do not apply to them.
-    if method == 'passthrough' then
+    -- passthrough and reject keep no queue of their own, but in paused and
+    -- queue_all newcomers wait in line like everyone else.
+    if method == 'passthrough' and state == 'open' then
         return admit(visitor)
     end
-    if method == 'reject' then
+    if method == 'reject' and state == 'open' then
         if free_room() > 0 then
             return admit(visitor)
         end

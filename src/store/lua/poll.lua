@@ -19,8 +19,8 @@ local function decide()
         end
         return { REJECTED, R_CLOSED }
     end
-    if method == 'passthrough' then
-        -- No queue in this method: whoever still waits from before goes in.
+    if method == 'passthrough' and state ~= 'paused' then
+        -- No limits to wait for: whoever waits in line goes in.
         if queued then
             redis.call('ZREM', K_QUEUE, visitor)
             redis.call('ZREM', K_POLLS, visitor)
