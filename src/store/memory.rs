@@ -302,15 +302,10 @@ impl Room {
         let fresh_session = now + p.session_duration_ms;
         // passthrough and reject keep no queue of their own, but in `paused`
         // and `queue_all` newcomers wait in line like everyone else.
-        let method = match p.method {
-            QueueingMethod::Passthrough | QueueingMethod::Reject if p.state != RoomState::Open => {
-                QueueingMethod::Fifo
-            }
-            m => m,
-        };
-        match method {
-            QueueingMethod::Passthrough => self.admit(visitor, fresh_session, now),
-            QueueingMethod::Reject => {
+        let open = p.state == RoomState::Open;
+        match p.method {
+            QueueingMethod::Passthrough if open => self.admit(visitor, fresh_session, now),
+            QueueingMethod::Reject if open => {
                 if self.has_room(p) {
                     self.admit(visitor, fresh_session, now)
                 } else {
@@ -318,11 +313,11 @@ impl Room {
                     Verdict::Rejected(RejectReason::OverLimit)
                 }
             }
-            QueueingMethod::Fifo | QueueingMethod::Random => {
+            _ => {
                 // Promotion has just run, so a non-empty queue means there is
                 // no room; the explicit check keeps newcomers behind it even
                 // in states that do not promote.
-                if p.state == RoomState::Open && self.queue.len() == 0 && self.has_room(p) {
+                if open && self.queue.len() == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh_session, now);
                 }
                 if p.max_queue_length > 0 && self.queue.len() >= p.max_queue_length {
