@@ -115,30 +115,34 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// Removes the daemon's cookies from the `Cookie` header(s), keeping the rest.
-pub fn strip_own_cookies(headers: &mut HeaderMap) {
-    let mut values = headers.get_all(header::COOKIE).iter();
-    let Some(first) = values.next() else {
-        return;
-    };
-    // The common cases need no new header: one `Cookie` line without ours.
-    let has_ours = |v: &HeaderValue| {
-        v.to_str().map_or(true, |v| {
-            v.split(';').any(|c| c.trim().starts_with(COOKIE_PREFIX))
-        })
-    };
-    if values.next().is_none() && !has_ours(first) {
-        return;
-    }
-    let mut kept = String::new();
-    let pairs = headers
+/// The `name=value` pairs of the `Cookie` header(s), trimmed; lines that are
+/// not text are skipped.
+fn cookie_pairs(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(COOKIE_PREFIX));
-    for pair in pairs {
+}
+
+fn is_ours(pair: &str) -> bool {
+    pair.starts_with(COOKIE_PREFIX)
+}
+
+/// Removes the daemon's cookies from the `Cookie` header(s), keeping the rest.
+pub fn strip_own_cookies(headers: &mut HeaderMap) {
+    let lines = headers.get_all(header::COOKIE);
+    let (count, readable) = (
+        lines.iter().count(),
+        lines.iter().all(|v| v.to_str().is_ok()),
+    );
+    // The common case needs no new header: one readable line without ours.
+    if count == 0 || (count == 1 && readable && !cookie_pairs(headers).any(is_ours)) {
+        return;
+    }
+    let mut kept = String::new();
+    for pair in cookie_pairs(headers).filter(|c| !c.is_empty() && !is_ours(c)) {
         if !kept.is_empty() {
             kept.push_str("; ");
         }
@@ -154,12 +158,8 @@ pub fn strip_own_cookies(headers: &mut HeaderMap) {
 
 /// The value of the cookie `name`, if the request carries it.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
+    cookie_pairs(headers)
+        .filter_map(|c| c.split_once('='))
         .find(|(n, _)| *n == name)
         .map(|(_, v)| v.trim_matches('"'))
 }
@@ -257,5 +257,11 @@ mod tests {
         let mut h = map(&[("cookie", "waitroom_shop=xyz")]);
         strip_own_cookies(&mut h);
         assert!(!h.contains_key("cookie"));
+        let mut h = map(&[("cookie", "a=1;b=2")]);
+        strip_own_cookies(&mut h);
+        assert_eq!(
+            h["cookie"], "a=1;b=2",
+            "a line without ours passes untouched"
+        );
     }
 }

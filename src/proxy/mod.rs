@@ -116,9 +116,7 @@ impl Proxy {
         // Keep the visitor's Host so virtual-hosted origins see their own name
         // (an HTTP/2 visitor sent it as the URI's authority instead).
         if let Some(h) = host {
-            if !headers.contains_key(header::HOST) {
-                headers.insert(header::HOST, h);
-            }
+            headers.entry(header::HOST).or_insert(h);
         }
 
         let sent = tokio::time::timeout(self.timeout, self.client.request(req)).await;
