@@ -25,14 +25,18 @@
 
 pub mod admin;
 pub mod body;
+pub mod canonical;
 pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod gate;
 pub mod proxy;
 pub mod queue_page;
+pub mod respond;
+pub mod secret;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod ticket;
 
 pub use server::{run, Daemon, Deps};

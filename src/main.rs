@@ -74,7 +74,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Keygen => {
-            println!("{}", waitroom::ticket::generate_key());
+            println!("{}", waitroom::secret::generate_key());
             ExitCode::SUCCESS
         }
         Command::Check { config } => match config::load(&config) {

@@ -74,6 +74,9 @@ impl Template {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VisitorState {
+    /// No ticket (or one whose place was ended): loading the room's page
+    /// hands out a new one.
+    None,
     Queued,
     Admitted,
     Prequeue,

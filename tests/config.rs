@@ -448,11 +448,11 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `state`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `state`, `event`",
     ),
     (
         "unknown_server_key",
-        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `access_log`",
+        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `ip_arrivals_per_second`, `ip_arrival_burst`, `max_connections_per_ip`, `access_log`",
     ),
     (
         "unknown_top_level_key",
@@ -473,6 +473,30 @@ const BAD: &[(&str, &str)] = &[
     (
         "zero_ip_poll_burst",
         "server.ip_poll_burst (line 2, column 17): must be between 1 and 1000000, got 0",
+    ),
+    (
+        "zero_max_connections_per_ip",
+        "server.max_connections_per_ip (line 2, column 26): must be at least 1, got 0",
+    ),
+    (
+        "zero_ip_arrival_burst",
+        "server.ip_arrival_burst (line 2, column 20): must be between 1 and 1000000, got 0",
+    ),
+    (
+        "path_with_encoded_slash",
+        "room[0].path (line 10, column 8): \"/shop%2Fcart\" cannot be matched: the path holds an encoded separator (%2F or %5C) or a backslash",
+    ),
+    (
+        "bypass_path_above_root",
+        "room[0].bypass_paths[0] (line 12, column 17): \"/static/../../x\" cannot be matched: the path climbs above the root",
+    ),
+    (
+        "limit_too_large",
+        "room[0].total_active_users (line 10, column 22): must be at most 1000000000, got 9007199254740993",
+    ),
+    (
+        "reserved_prefix_not_canonical",
+        "server.reserved_prefix (line 2, column 19): \"/__waitroom//x/../\" is not in canonical form; write \"/__waitroom/\"",
     ),
     (
         "zero_store_instances",

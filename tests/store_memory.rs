@@ -12,8 +12,31 @@ use waitroom::store::memory::MemoryStore;
 use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 conformance::store_conformance!(|| async {
-    conformance::Harness::new(Arc::new(MemoryStore::new()))
+    let store = Arc::new(MemoryStore::new());
+    let lost = store.clone();
+    let lose: conformance::Lose = Box::new(move |room, visitor| {
+        let mut policy = any_policy();
+        policy.room = Arc::from(room);
+        lost.lose_queue_entry(&policy, visitor);
+    });
+    conformance::Harness::new(store, lose)
 });
+
+/// Only the room id matters to `lose_queue_entry`.
+fn any_policy() -> RoomPolicy {
+    RoomPolicy {
+        room: Arc::from(""),
+        total_active_users: 1,
+        new_users_per_minute: 0,
+        session_duration_ms: 1,
+        session_renewal: true,
+        method: QueueingMethod::Fifo,
+        max_queue_length: 0,
+        abandon_after_ms: 0,
+        arrival_grace_ms: 0,
+        state: RoomState::Open,
+    }
+}
 
 /// Resident set size of this process, from `/proc/self/status` (Linux).
 fn rss_bytes() -> u64 {

@@ -63,9 +63,35 @@ async fn start() -> (RedisServer, RedisStore) {
     (server, store)
 }
 
+/// Drops a queue entry with plain commands, as a store that lost it would.
+fn redis_lose(urls: Vec<String>) -> conformance::Lose {
+    Box::new(move |room, visitor| {
+        let hex = visitor.to_hex();
+        let keys = [
+            format!("wr:{{{room}}}:queue"),
+            format!("wr:{{{room}}}:polls"),
+        ];
+        if urls.len() == 1 {
+            let mut c = redis::Client::open(urls[0].as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            for k in &keys {
+                let _: i64 = redis::cmd("ZREM").arg(k).arg(&hex).query(&mut c).unwrap();
+            }
+        } else {
+            let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
+            let mut c = client.get_connection().unwrap();
+            for k in &keys {
+                let _: i64 = redis::cmd("ZREM").arg(k).arg(&hex).query(&mut c).unwrap();
+            }
+        }
+    })
+}
+
 conformance::store_conformance!(|| async {
     let (server, store) = start().await;
-    let mut harness = conformance::Harness::new(Arc::new(store));
+    let mut harness = conformance::Harness::new(Arc::new(store), redis_lose(vec![server.url()]));
     harness.guard = Some(Box::new(server));
     harness
 });
@@ -168,7 +194,7 @@ async fn every_operation_is_one_script_call() {
     store.release(&p, vid(9), T0).await.unwrap();
     store.stats(&p, T0).await.unwrap();
     store.totals(&p).await.unwrap();
-    store.reset(&p).await.unwrap();
+    store.reset(&p, T0).await.unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     store.arrive(&p, vid(1), T0).await.unwrap();
     store.poll(&p, vid(2), q.seq, T0).await.unwrap();
@@ -176,7 +202,7 @@ async fn every_operation_is_one_script_call() {
     store.release(&p, vid(1), T0).await.unwrap();
     store.stats(&p, T0).await.unwrap();
     store.totals(&p).await.unwrap();
-    store.reset(&p).await.unwrap();
+    store.reset(&p, T0).await.unwrap();
     let calls = |name: &str| -> u64 {
         server
             .info_field("commandstats", &format!("cmdstat_{name}"))
@@ -209,10 +235,14 @@ async fn room_keys_share_the_room_tag_expire_and_hold_hex_visitors() {
     assert_eq!(sessions, [vid(1).to_hex()]);
     let queue: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:queue", "0", "-1"]);
     assert_eq!(queue, [vid(2).to_hex()]);
-    store.reset(&p).await.unwrap();
-    // Only the record of the ended session is left, and it expires with it.
-    let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
-    assert_eq!(keys, ["wr:{room-a}:ended"]);
+    store.reset(&p, T0).await.unwrap();
+    // Only the record of the ended session is left, and it expires with it,
+    // and the meta hash with the reset floor, which expires with the room.
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    keys.sort();
+    assert_eq!(keys, ["wr:{room-a}:ended", "wr:{room-a}:meta"]);
+    let floor: String = server.cmd(&["HGET", "wr:{room-a}:meta", "reset_floor"]);
+    assert!(floor.parse::<u64>().unwrap() >= waitroom::store::next_seq(T0, 0));
     let ended: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:ended", "0", "-1"]);
     assert_eq!(ended, [vid(1).to_hex()]);
     let at: i64 = server.cmd(&["PEXPIRETIME", "wr:{room-a}:ended"]);

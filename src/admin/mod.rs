@@ -5,14 +5,18 @@
 //! The API and the dashboard need the bearer token when one is configured;
 //! `/live`, `/ready` and `/metrics` need it only off loopback. The daemon
 //! refuses to start an admin listener off loopback without a token.
-
-pub mod history;
-pub mod metrics;
+//!
+//! Without a token, loopback is the only protection, and a browser on the
+//! operator's machine could be made to cross it: a page on another site
+//! posting to `127.0.0.1:9090`, or a DNS name rebound to 127.0.0.1. So a
+//! request must then name a loopback host in `Host`, and a request that
+//! carries an `Origin` (every cross-site fetch or form does) must come from
+//! the admin listener's own origin; bodies must be JSON, which a plain HTML
+//! form cannot send. Runtime changes are held to the config file's bounds.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -20,28 +24,19 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 
 use crate::body::{full, Body};
+use crate::canonical::{host as parse_host, is_loopback_host};
+use crate::config::bounds::{MAX_DURATION, MAX_LIMIT, MIN_SESSION};
 use crate::config::Secret;
-use crate::gate::rooms::constant_time_eq;
-use crate::gate::{json, text, Room};
-use crate::server::SharedGate;
+use crate::gate::{Room, SharedGate};
+use crate::respond::{html, json, text};
 use crate::store::{QueueingMethod, RoomOverrides, RoomState, StoreError, VisitorId};
 
-pub use history::History;
-pub use metrics::Metrics;
+pub use crate::telemetry::Telemetry;
 
 /// The built-in dashboard.
 const DASHBOARD: &str = include_str!("../../static/dashboard.html");
 /// Largest admin request body we read.
 const MAX_BODY: usize = 64 * 1024;
-
-/// What outlives a config reload: metrics, history, the draining flag.
-#[derive(Default)]
-pub struct Telemetry {
-    pub metrics: Metrics,
-    pub history: History,
-    /// Set on SIGTERM: `/ready` answers 503 so load balancers stop sending.
-    pub draining: AtomicBool,
-}
 
 /// Reloads the configuration (from its file); the error is the validation message.
 pub type Reloader =
@@ -62,6 +57,10 @@ pub struct Admin {
 enum AdminError {
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("body: expected Content-Type: application/json")]
+    NotJson,
     #[error("no such room")]
     NoRoom,
     #[error("not found")]
@@ -78,6 +77,8 @@ impl AdminError {
     fn status(&self) -> StatusCode {
         match self {
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AdminError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AdminError::NoRoom | AdminError::NotFound => StatusCode::NOT_FOUND,
             AdminError::BadRequest(_) | AdminError::Reload(_) => StatusCode::BAD_REQUEST,
             AdminError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -106,18 +107,66 @@ impl Admin {
         }
     }
 
+    /// Whether the request carries the token (`Bearer` in any case, as
+    /// RFC 9110 has auth schemes), or no token is configured.
     fn authorized(&self, req: &Request<Incoming>) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
-        req.headers()
+        let Some(value) = req
+            .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.0.as_bytes()))
+        else {
+            return false;
+        };
+        let Some((scheme, given)) = value.trim().split_once(' ') else {
+            return false;
+        };
+        scheme.eq_ignore_ascii_case("bearer") && token.matches(given.trim().as_bytes())
+    }
+
+    /// Refuses what a browser could be tricked into sending (see the module
+    /// docs): a foreign `Origin` always, and without a token a `Host` that
+    /// is not a loopback name.
+    fn same_site(&self, req: &Request<Incoming>) -> Result<(), AdminError> {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .map(|h| parse_host(h.as_bytes()))
+            .or_else(|| {
+                req.uri()
+                    .authority()
+                    .map(|a| parse_host(a.as_str().as_bytes()))
+            });
+        let host = match host {
+            Some(Ok((name, port))) => Some((name, port)),
+            Some(Err(_)) => return Err(AdminError::Forbidden("the Host header is not valid")),
+            None => None,
+        };
+        if self.token.is_none() && !host.as_ref().is_some_and(|(h, _)| is_loopback_host(h)) {
+            return Err(AdminError::Forbidden(
+                "without an admin token the admin API answers only loopback host names (localhost, 127.0.0.1, [::1])",
+            ));
+        }
+        if let Some(origin) = req.headers().get(header::ORIGIN) {
+            let same = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.split_once("://"))
+                .and_then(|(_, rest)| parse_host(rest.as_bytes()).ok())
+                .is_some_and(|o| host.as_ref() == Some(&o));
+            if !same {
+                return Err(AdminError::Forbidden(
+                    "cross-site requests are refused (the Origin is not this admin listener)",
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn route(&self, req: Request<Incoming>) -> Result<Response<Body>, AdminError> {
+        self.same_site(&req)?;
         let path = req.uri().path().to_owned();
         let method = req.method().clone();
         let open = self.loopback || self.authorized(&req);
@@ -133,9 +182,7 @@ impl Admin {
                 return Ok(resp);
             }
             // The page itself holds no data; it asks for the token when the API needs one.
-            (&Method::GET, "/") => {
-                return Ok(crate::gate::html(StatusCode::OK, DASHBOARD.to_owned()))
-            }
+            (&Method::GET, "/") => return Ok(html(StatusCode::OK, DASHBOARD.to_owned())),
             _ => {}
         }
         if !self.authorized(&req) {
@@ -168,9 +215,13 @@ impl Admin {
                     AdminError::BadRequest("visitor: expected 32 hex characters".into())
                 })?;
                 let gate = self.gates.load_full();
-                let released = gate
-                    .store
-                    .release(&room.policy(), visitor, gate.clock.now_ms())
+                let store = &gate.store;
+                let released = store
+                    .call(
+                        store
+                            .shared
+                            .release(&room.policy(), visitor, gate.clock.now_ms()),
+                    )
                     .await?;
                 if released {
                     room.metrics.revoked.inc();
@@ -183,7 +234,11 @@ impl Admin {
             }
             (&Method::POST, ["api", "rooms", id, "reset"]) => {
                 let room = self.room(id)?;
-                self.gates.load_full().store.reset(&room.policy()).await?;
+                let gate = self.gates.load_full();
+                let store = &gate.store;
+                store
+                    .call(store.shared.reset(&room.policy(), gate.clock.now_ms()))
+                    .await?;
                 tracing::info!(room = %room.config.id, "room reset by the operator");
                 Ok(json(
                     StatusCode::OK,
@@ -234,7 +289,10 @@ impl Admin {
     async fn room_json(&self, room: &Room) -> Result<serde_json::Value, AdminError> {
         let gate = self.gates.load_full();
         let policy = room.policy();
-        let stats = gate.store.stats(&policy, gate.clock.now_ms()).await?;
+        let store = &gate.store;
+        let stats = store
+            .call(store.shared.stats(&policy, gate.clock.now_ms()))
+            .await?;
         let c = &room.config;
         Ok(serde_json::json!({
             "id": c.id,
@@ -264,7 +322,8 @@ impl Admin {
     /// at once; other instances pick it up within a second.
     async fn change(&self, room: &Room, change: RoomChange) -> Result<(), AdminError> {
         let gate = self.gates.load_full();
-        let mut o = match gate.store.overrides(&room.config.id).await? {
+        let store = &gate.store;
+        let mut o = match store.call(store.shared.overrides(&room.config.id)).await? {
             Some(o) if o.config_fingerprint == room.fingerprint => o,
             _ => RoomOverrides {
                 config_fingerprint: room.fingerprint,
@@ -272,20 +331,22 @@ impl Admin {
             },
         };
         if let Some(v) = change.total_active_users {
-            positive("total_active_users", v)?;
+            within_limit("total_active_users", v)?;
             o.total_active_users = Some(v);
         }
         if let Some(v) = change.new_users_per_minute {
-            positive("new_users_per_minute", v)?;
+            within_limit("new_users_per_minute", v)?;
             o.new_users_per_minute = Some(v);
         }
         if let Some(v) = change.session_duration {
-            let d = humantime::parse_duration(&v)
+            let d = humantime::parse_duration(v.trim())
                 .ok()
-                .filter(|d| *d >= Duration::from_secs(1))
+                .filter(|d| (MIN_SESSION..=MAX_DURATION).contains(d))
                 .ok_or_else(|| {
                     AdminError::BadRequest(format!(
-                        "session_duration: expected a duration of at least 1s such as \"5m\", got {v:?}"
+                        "session_duration: expected a duration from {} to {} such as \"5m\", got {v:?}",
+                        humantime::format_duration(MIN_SESSION),
+                        humantime::format_duration(MAX_DURATION),
                     ))
                 })?;
             o.session_duration_ms = Some(d.as_millis() as u64);
@@ -297,16 +358,24 @@ impl Admin {
             o.state = Some(v);
         }
         o.revision += 1;
-        gate.store.set_overrides(&room.config.id, Some(&o)).await?;
+        store
+            .call(store.shared.set_overrides(&room.config.id, Some(&o)))
+            .await?;
         room.apply_overrides(Some(&o));
         Ok(())
     }
 }
 
-fn positive(key: &str, v: u64) -> Result<(), AdminError> {
+/// The same bounds the config file holds the limits to.
+fn within_limit(key: &str, v: u64) -> Result<(), AdminError> {
     if v == 0 {
         return Err(AdminError::BadRequest(format!(
             "{key}: must be at least 1 (to stop admissions, set state = \"paused\")"
+        )));
+    }
+    if v > MAX_LIMIT {
+        return Err(AdminError::BadRequest(format!(
+            "{key}: must be at most {MAX_LIMIT}, got {v}"
         )));
     }
     Ok(())
@@ -333,6 +402,15 @@ struct Release {
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: Request<Incoming>,
 ) -> Result<T, AdminError> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(AdminError::NotJson);
+    }
     let bytes = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await

@@ -4,6 +4,7 @@
 //! `load`/`from_toml_str` turn it into a [`Config`], checking every value and
 //! naming the key in every error, before any socket is bound.
 
+pub mod bounds;
 mod raw;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use ipnet::IpNet;
 
 use crate::store::{QueueingMethod, RoomPolicy, RoomState};
 
+pub use crate::secret::{Secret, Secret32};
 pub use raw::{
     from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
     ConfigError, LoadOptions, Location, Problem,
@@ -44,8 +46,10 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// What to do with a request that matches no room.
     pub unmatched: Unmatched,
-    /// Most concurrent client connections.
+    /// Most concurrent client connections; more are closed at once.
     pub max_connections: usize,
+    /// Most concurrent connections from one client address; more are closed at once.
+    pub max_connections_per_ip: usize,
     /// Most bytes of request headers.
     pub max_header_bytes: usize,
     /// How long a client may take to send its request headers.
@@ -56,6 +60,10 @@ pub struct ServerConfig {
     pub ip_polls_per_second: u32,
     /// Queued polls one client address may make at once.
     pub ip_poll_burst: u32,
+    /// New tickets per second one client address may get after its burst.
+    pub ip_arrivals_per_second: u32,
+    /// New tickets one client address may get at once.
+    pub ip_arrival_burst: u32,
     /// Log one line per visitor request (target `waitroom::access`).
     pub access_log: bool,
 }
@@ -126,7 +134,7 @@ pub struct RoomConfig {
     pub name: String,
     /// Lower-case host without port; `None` matches any host.
     pub host: Option<String>,
-    /// Path prefix, starts with `/`.
+    /// Path prefix in canonical form (see `gate::canonical::path`).
     pub path: String,
     pub total_active_users: u64,
     pub new_users_per_minute: u64,
@@ -141,12 +149,15 @@ pub struct RoomConfig {
     pub json_response: bool,
     /// Operator's queue page template; `None` = the built-in one.
     pub template: Option<PathBuf>,
-    /// Path prefixes forwarded without a ticket.
+    /// Path prefixes forwarded without a ticket, canonical, matched on whole segments.
     pub bypass_paths: Vec<String>,
     /// Client addresses forwarded without a ticket.
     pub bypass_ips: Vec<IpNet>,
     /// A header whose exact value lets a request through without a ticket.
     pub bypass_header: Option<(http::HeaderName, Secret)>,
+    /// Match `path` and `bypass_paths` ignoring ASCII case, for origins
+    /// that serve paths that way.
+    pub case_insensitive_paths: bool,
     /// Initial room state.
     pub state: RoomState,
     pub events: Vec<EventConfig>,
@@ -185,24 +196,4 @@ pub struct EventConfig {
     pub shuffle_at_start: bool,
     pub total_active_users: Option<u64>,
     pub new_users_per_minute: Option<u64>,
-}
-
-/// A secret string that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
-
-/// A 32-byte key that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret32(pub [u8; 32]);
-
-impl std::fmt::Debug for Secret32 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret32(..)")
-    }
 }

@@ -45,11 +45,14 @@ mod defaults {
     pub const REFRESH_INTERVAL: Duration = Duration::from_secs(20);
     pub const ABANDON_AFTER: Duration = Duration::from_secs(2 * 60);
     pub const QUEUE_STATUS_CODE: u64 = 200;
+    pub const MAX_CONNECTIONS_PER_IP: u64 = 512;
+    pub const IP_POLLS_PER_SECOND: u32 = 50;
+    pub const IP_POLL_BURST: u32 = 200;
+    pub const IP_ARRIVALS_PER_SECOND: u32 = 20;
+    pub const IP_ARRIVAL_BURST: u32 = 200;
 }
 
-/// Longest accepted duration. Other modules add durations to millisecond
-/// timestamps; a cap keeps that arithmetic far from overflow.
-const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+use super::bounds::{MAX_DURATION, MAX_LIMIT};
 
 /// Below hyper's smallest read buffer (8 KiB) the HTTP/1 builder panics.
 const MIN_HEADER_BYTES: u64 = 8192;
@@ -237,6 +240,12 @@ struct RawServer {
     ip_polls_per_second: Option<u64>,
     /// Queued polls one client address may make at once.
     ip_poll_burst: Option<u64>,
+    /// New tickets per second one client address may get (after its burst).
+    ip_arrivals_per_second: Option<u64>,
+    /// New tickets one client address may get at once.
+    ip_arrival_burst: Option<u64>,
+    /// Most concurrent connections from one client address.
+    max_connections_per_ip: Option<u64>,
     /// One log line per request (target `waitroom::access`).
     access_log: Option<bool>,
 }
@@ -314,6 +323,7 @@ struct RawRoom {
     bypass_paths: Option<Vec<String>>,
     bypass_ips: Option<Vec<String>>,
     bypass_header: Option<RawBypassHeader>,
+    case_insensitive_paths: Option<bool>,
     state: Option<RoomState>,
     #[serde(default)]
     event: Vec<RawEvent>,
@@ -755,6 +765,15 @@ impl Checker<'_, '_> {
         if max_connections == 0 {
             self.fail(&p.key("max_connections"), "must be at least 1, got 0");
         }
+        let max_connections_per_ip = raw
+            .max_connections_per_ip
+            .unwrap_or(defaults::MAX_CONNECTIONS_PER_IP);
+        if max_connections_per_ip == 0 {
+            self.fail(
+                &p.key("max_connections_per_ip"),
+                "must be at least 1, got 0",
+            );
+        }
         let max_header_bytes = raw.max_header_bytes.unwrap_or(defaults::MAX_HEADER_BYTES);
         if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&max_header_bytes) {
             self.fail(
@@ -784,8 +803,22 @@ impl Checker<'_, '_> {
             }
             u32::try_from(value).unwrap_or(default).max(1)
         };
-        let ip_polls_per_second = poll_limit("ip_polls_per_second", raw.ip_polls_per_second, 50);
-        let ip_poll_burst = poll_limit("ip_poll_burst", raw.ip_poll_burst, 200);
+        let ip_polls_per_second = poll_limit(
+            "ip_polls_per_second",
+            raw.ip_polls_per_second,
+            defaults::IP_POLLS_PER_SECOND,
+        );
+        let ip_poll_burst = poll_limit("ip_poll_burst", raw.ip_poll_burst, defaults::IP_POLL_BURST);
+        let ip_arrivals_per_second = poll_limit(
+            "ip_arrivals_per_second",
+            raw.ip_arrivals_per_second,
+            defaults::IP_ARRIVALS_PER_SECOND,
+        );
+        let ip_arrival_burst = poll_limit(
+            "ip_arrival_burst",
+            raw.ip_arrival_burst,
+            defaults::IP_ARRIVAL_BURST,
+        );
         ServerConfig {
             listen,
             admin_listen,
@@ -795,8 +828,11 @@ impl Checker<'_, '_> {
             unmatched,
             ip_polls_per_second,
             ip_poll_burst,
+            ip_arrivals_per_second,
+            ip_arrival_burst,
             access_log: raw.access_log.unwrap_or(false),
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+            max_connections_per_ip: usize::try_from(max_connections_per_ip).unwrap_or(usize::MAX),
             max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
             header_read_timeout,
             drain_timeout,
@@ -914,7 +950,7 @@ impl Checker<'_, '_> {
         if let Some((var, value)) = from_env {
             let entries = value.split(',').map(str::trim).filter(|e| !e.is_empty());
             for (i, entry) in entries.enumerate() {
-                match crate::ticket::parse_key(entry) {
+                match crate::secret::parse_key(entry) {
                     Ok(key) => keys.push(key),
                     Err(why) => self.fail(
                         &env_path,
@@ -924,7 +960,7 @@ impl Checker<'_, '_> {
             }
         } else if let Some(inline) = raw.keys {
             for (i, entry) in inline.iter().enumerate() {
-                match crate::ticket::parse_key(entry) {
+                match crate::secret::parse_key(entry) {
                     Ok(key) => keys.push(key),
                     Err(why) => self.fail(&p.key("keys").index(i), why),
                 }
@@ -1039,26 +1075,30 @@ impl Checker<'_, '_> {
                 None
             }
         });
-        if let Err(why) = check_path(&raw.path) {
-            self.fail(&p.key("path"), format!("{:?} {why}", raw.path));
-        } else if raw.path.starts_with(reserved_prefix) {
-            self.fail(
-                &p.key("path"),
-                format!(
-                    "{:?} is under server.reserved_prefix {reserved_prefix:?}, which the daemon answers itself",
-                    raw.path
-                ),
-            );
-        }
+        let path = match check_path(&raw.path) {
+            Err(why) => {
+                self.fail(&p.key("path"), format!("{:?} {why}", raw.path));
+                raw.path.clone()
+            }
+            Ok(path) => {
+                if crate::canonical::covers(reserved_prefix, &path, false) {
+                    self.fail(
+                        &p.key("path"),
+                        format!(
+                            "{:?} is under server.reserved_prefix {reserved_prefix:?}, which the daemon answers itself",
+                            raw.path
+                        ),
+                    );
+                }
+                path
+            }
+        };
         for (key, value) in [
             ("total_active_users", raw.total_active_users),
             ("new_users_per_minute", raw.new_users_per_minute),
         ] {
-            if value == 0 {
-                self.fail(
-                    &p.key(key),
-                    r#"must be at least 1, got 0 (to stop admissions, set state = "paused")"#,
-                );
+            if let Err(why) = check_limit(value) {
+                self.fail(&p.key(key), why);
             }
         }
         let one_second = Duration::from_secs(1);
@@ -1121,10 +1161,11 @@ impl Checker<'_, '_> {
                 Some(PathBuf::from(t))
             }
         });
-        let bypass_paths = raw.bypass_paths.unwrap_or_default();
-        for (i, path) in bypass_paths.iter().enumerate() {
-            if let Err(why) = check_path(path) {
-                self.fail(&p.key("bypass_paths").index(i), format!("{path:?} {why}"));
+        let mut bypass_paths = Vec::new();
+        for (i, path) in raw.bypass_paths.unwrap_or_default().iter().enumerate() {
+            match check_path(path) {
+                Ok(canonical) => bypass_paths.push(canonical),
+                Err(why) => self.fail(&p.key("bypass_paths").index(i), format!("{path:?} {why}")),
             }
         }
         let bypass_ips = self.nets(&p.key("bypass_ips"), raw.bypass_ips);
@@ -1136,7 +1177,7 @@ impl Checker<'_, '_> {
             id: raw.id,
             name,
             host,
-            path: raw.path,
+            path,
             total_active_users: raw.total_active_users,
             new_users_per_minute: raw.new_users_per_minute,
             session_duration,
@@ -1151,6 +1192,7 @@ impl Checker<'_, '_> {
             bypass_paths,
             bypass_ips,
             bypass_header,
+            case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
             state: raw.state.unwrap_or(RoomState::Open),
             events,
         }
@@ -1244,6 +1286,8 @@ impl Checker<'_, '_> {
                         &p.key(key),
                         "must be at least 1, got 0 (leave it out to keep the room's limit)",
                     );
+                } else if let Some(Err(why)) = value.map(check_limit) {
+                    self.fail(&p.key(key), why);
                 }
             }
             let opens = prequeue_start.unwrap_or(start).min(start);
@@ -1377,23 +1421,40 @@ fn check_id(id: &str) -> Result<(), &'static str> {
     }
 }
 
-fn check_path(path: &str) -> Result<(), &'static str> {
+/// A room or bypass path prefix, in the canonical form requests are matched in.
+fn check_path(path: &str) -> Result<String, String> {
     if !path.starts_with('/') {
-        return Err("must start with /");
+        return Err("must start with /".into());
     }
     if path
         .chars()
         .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
     {
-        return Err("must be a plain path prefix without spaces, ? or #");
+        return Err("must be a plain path prefix without spaces, ? or #".into());
     }
-    Ok(())
+    crate::canonical::path(path)
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|why| format!("cannot be matched: {why}"))
 }
 
-fn check_reserved_prefix(prefix: &str) -> Result<(), &'static str> {
-    check_path(prefix)?;
+/// A user or rate limit within what the stores count exactly.
+fn check_limit(value: u64) -> Result<(), String> {
+    match value {
+        0 => Err(r#"must be at least 1, got 0 (to stop admissions, set state = "paused")"#.into()),
+        v if v > MAX_LIMIT => Err(format!("must be at most {MAX_LIMIT}, got {v}")),
+        _ => Ok(()),
+    }
+}
+
+fn check_reserved_prefix(prefix: &str) -> Result<(), String> {
+    let canonical = check_path(prefix)?;
+    if canonical != prefix {
+        return Err(format!("is not in canonical form; write {canonical:?}"));
+    }
     if prefix.len() < 3 || !prefix.ends_with('/') {
-        return Err(r#"must start and end with / and name a directory, such as "/__waitroom/""#);
+        return Err(
+            r#"must start and end with / and name a directory, such as "/__waitroom/""#.into(),
+        );
     }
     Ok(())
 }
@@ -1411,14 +1472,16 @@ fn check_host(host: &str) -> Result<String, &'static str> {
     }
     if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         return match inner.parse::<Ipv6Addr>() {
-            Ok(_) => Ok(host.to_ascii_lowercase()),
+            // The spelling requests are matched in (`[::1]`, not `[0::1]`).
+            Ok(addr) => Ok(format!("[{addr}]")),
             Err(_) => Err("is not a valid bracketed IPv6 address"),
         };
     }
     if host.contains(':') {
         return Err("must not contain a port; rooms match the Host header without its port");
     }
-    let host = host.to_ascii_lowercase();
+    // `shop.example.` is `shop.example`, as requests are matched.
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     let labels_ok = host.len() <= 253
         && host.split('.').all(|label| {
             (1..=63).contains(&label.len())

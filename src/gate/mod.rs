@@ -1,98 +1,78 @@
-//! The admission path: every visitor request goes through these phases, in
-//! this order (drawn in `docs/request-phases.md`):
+//! The admission path. Every visitor request goes through these phases, in
+//! this order (drawn in `docs/request-phases.md`), carrying one [`Ctx`]:
 //!
-//! 1. **route**: reserved prefix -> the daemon answers; otherwise match a room
-//!    by host and longest path prefix (no room: forward or 404).
-//! 2. **bypass**: bypass paths, client addresses or the secret header forward
-//!    without a ticket.
-//! 3. **ticket**: open the room's cookie. Admitted and live -> forward without
-//!    a store round trip (check in when due). Queued -> poll the store.
-//!    Missing or invalid -> a new visitor: one `arrive` decision.
-//! 4. **respond**: admitted -> forward to the origin (cookie re-issued when it
-//!    changed); queued -> queue page or JSON; rejected -> a 503 page.
+//! 1. **canonical**: the path, host and client address in one spelling
+//!    ([`crate::canonical`]); what cannot be made canonical gets 400.
+//! 2. **route**: the reserved prefix is answered by the daemon; otherwise
+//!    the room is matched by host and longest path prefix (no room: forward
+//!    or 404).
+//! 3. **bypass**: bypass paths, client addresses or the secret header
+//!    forward without a ticket.
+//! 4. **ticket**: open the room's cookie. Admitted and live: forward with no
+//!    store round trip (check in when due). Queued: poll the store (one path
+//!    for the page and `/__waitroom/status`). Missing or invalid: a new
+//!    visitor, limited per address, one `arrive` decision.
+//! 5. **respond**: forward to the origin (cookie re-issued when it changed,
+//!    the origin's `X-Waitroom-Command` carried out), or the queue page or
+//!    JSON, or a 503 / 429 page.
 //!
-//! Every store call is bounded by `store.timeout`; what happens past it is
-//! `store.fail_mode`.
+//! Every store call goes through the [`guard::StoreGuard`] (timeout,
+//! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 
 pub mod eta;
-pub mod poll_limit;
+pub mod guard;
+pub mod limits;
+pub mod pages;
 pub mod rooms;
+pub mod tickets;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cookie::{Cookie, SameSite};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderName};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::admin::Telemetry;
-use crate::body::{full, Body};
-use crate::clock::SharedClock;
+use crate::body::Body;
+use crate::canonical::Canonical;
+use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode, Unmatched};
-use crate::proxy::{self, headers, Forward, Proxy};
-use crate::queue_page::{self, Message, QueueView, Status, Template, VisitorState};
-use crate::store::memory::MemoryStore;
-use crate::store::{
-    QueuePlace, RejectReason, RoomPolicy, SharedStore, Store, StoreError, Verdict, VisitorId,
-};
+use crate::proxy::{self, headers, Outbound, Proxy};
+use crate::queue_page::{self, Status, Template, VisitorState};
+use crate::respond::{bad_request, json, not_found, push_cookie, retry_after, text};
+use crate::store::{QueuePlace, SharedStore, StoreError, Verdict, VisitorId};
+use crate::telemetry::Telemetry;
 use crate::ticket::{Grant, KeyRing, Ticket};
 
-use poll_limit::AddressLimit;
+use guard::StoreGuard;
+use limits::{AddressLimit, ClientLimits};
 pub use rooms::{Room, Rooms};
+use tickets::Tickets;
 
-/// Tells the origin who the admitted visitor is.
-pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-visitor");
 /// The origin's way to end a visitor's session early (`revoke`).
 pub const X_WAITROOM_COMMAND: HeaderName = HeaderName::from_static("x-waitroom-command");
+
+/// The gate in force; a config reload swaps in a new one while requests in
+/// flight finish on the old.
+pub type SharedGate = Arc<arc_swap::ArcSwap<Gate>>;
 
 /// Everything the admission path needs, built once from the config.
 pub struct Gate {
     pub rooms: Rooms,
-    keys: KeyRing,
-    pub store: SharedStore,
+    tickets: Tickets,
+    /// The store, behind its timeout, breaker and fallback.
+    pub store: StoreGuard,
     pub clock: SharedClock,
     proxy: Proxy,
     reserved_prefix: String,
     unmatched: Unmatched,
     trusted_proxies: Vec<ipnet::IpNet>,
-    cookie_secure: bool,
-    store_timeout: Duration,
     fail_mode: FailMode,
-    /// Whether the last store call failed; logs transitions once.
-    store_down: AtomicBool,
-    /// While the store is down: when (ms after `started`) to probe it again; 0 = up.
-    retry_at_ms: AtomicU64,
-    started: Instant,
-    /// This instance's own store for `fail_mode = "local"`.
-    local: Option<Arc<MemoryStore>>,
-    /// Instances sharing the store (the local share is 1/instances).
-    instances: u64,
     pub telemetry: Arc<Telemetry>,
-    /// How often one client address may poll.
-    ip_limit: AddressLimit,
+    /// Polls and new tickets per client address.
+    pub limits: ClientLimits,
     access_log: bool,
-    /// When idle poll-limit entries were last forgotten (clock ms).
-    limits_swept_at: AtomicU64,
-}
-
-/// How often idle poll-limit entries are forgotten.
-const SWEEP_LIMITS_MS: u64 = 30_000;
-
-/// How long the store is left alone after a failure before one request
-/// probes it again, so a frozen store does not cost every request the
-/// whole timeout.
-const STORE_RETRY_MS: u64 = 1000;
-
-/// Where a decision is made.
-struct Via<'a> {
-    store: &'a dyn Store,
-    metrics: &'a crate::admin::metrics::RoomMetrics,
-    policy: Arc<RoomPolicy>,
-    /// The shared store (bounded, breaker) or this instance's own.
-    shared: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,21 +83,42 @@ pub enum GateError {
     Origin(#[from] proxy::OriginError),
 }
 
+/// What one request carries through the phases.
+pub struct Ctx {
+    /// The TCP peer.
+    pub peer: SocketAddr,
+    /// The peer is a trusted proxy: its forwarding headers are believed.
+    pub peer_trusted: bool,
+    /// The visitor's address (the peer, or from a trusted proxy's
+    /// `X-Forwarded-For`); what per-address limits and bypasses use.
+    pub client: IpAddr,
+    /// The request as matched and forwarded.
+    pub canonical: Canonical,
+    /// The one clock read of this request.
+    pub now: Millis,
+    /// The visitor asked for JSON (`Accept: application/json`).
+    pub wants_json: bool,
+}
+
 /// The outcome of the ticket phase.
 enum Decision {
-    /// Forward, re-issuing the cookie when `ticket` is set.
+    /// Forward as this visitor, re-issuing the cookie when `ticket` is set.
     Forward {
         visitor: VisitorId,
         ticket: Option<Ticket>,
     },
-    /// Show the queue (or the JSON) with this cookie.
+    /// Show the queue (or its JSON) with this cookie.
     Queued {
         place: QueuePlace,
         ticket: Ticket,
     },
-    Rejected(RejectReason),
+    Rejected(crate::store::RejectReason),
     /// A queued visitor (or its address) polls too often: 429, place kept.
     SlowDown(Duration),
+    /// The address asks for new tickets too fast: 429.
+    TooManyArrivals(Duration),
+    /// The queue place was ended (released, reset): a newcomer again.
+    Ended,
 }
 
 impl Gate {
@@ -144,65 +145,59 @@ impl Gate {
                 clock.clone(),
             )));
         }
+        let s = &config.server;
         Ok(Self {
             rooms: Rooms::new(rooms),
-            keys: KeyRing::new(&config.cookie.keys),
-            store,
+            tickets: Tickets::new(KeyRing::new(&config.cookie.keys), config.cookie.secure),
+            store: StoreGuard::new(config, store, clock.clone(), telemetry.clone()),
             proxy: Proxy::new(&config.origin)?,
-            reserved_prefix: config.server.reserved_prefix.clone(),
-            unmatched: config.server.unmatched,
-            trusted_proxies: config.server.trusted_proxies.clone(),
-            cookie_secure: config.cookie.secure,
-            store_timeout: config.store.timeout,
+            reserved_prefix: s.reserved_prefix.clone(),
+            unmatched: s.unmatched,
+            trusted_proxies: s.trusted_proxies.clone(),
             fail_mode: config.store.fail_mode,
-            store_down: AtomicBool::new(false),
-            retry_at_ms: AtomicU64::new(0),
-            started: Instant::now(),
-            local: (config.store.fail_mode == FailMode::Local)
-                .then(|| Arc::new(MemoryStore::new())),
-            instances: config.store.instances.max(1),
             telemetry,
-            ip_limit: AddressLimit::new(
-                config.server.ip_polls_per_second,
-                config.server.ip_poll_burst,
+            limits: ClientLimits::new(
+                AddressLimit::new(s.ip_polls_per_second, s.ip_poll_burst, clock.clone()),
+                AddressLimit::new(s.ip_arrivals_per_second, s.ip_arrival_burst, clock.clone()),
                 clock.clone(),
             ),
             clock,
-            limits_swept_at: AtomicU64::new(0),
-            access_log: config.server.access_log,
+            access_log: s.access_log,
         })
     }
 
     /// Reads every room's live figures: folds them into its ETA rate and
-    /// publishes them as metrics and dashboard history.
+    /// publishes them as metrics and dashboard history. Also the gate's
+    /// upkeep: forgets idle limiter entries, releases orphaned decisions.
     pub async fn refresh_room_figures(&self) {
-        let now = self.clock.now_ms();
-        if now.saturating_sub(self.limits_swept_at.swap(now, Ordering::Relaxed)) >= SWEEP_LIMITS_MS
-        {
+        if self.limits.sweep_due() {
             for room in self.rooms.all() {
                 room.poll_limit.forget_idle();
             }
-            self.ip_limit.forget_idle();
-        } else {
-            // Not due yet: keep the older sweep time.
-            self.limits_swept_at.fetch_min(now, Ordering::Relaxed);
+            self.limits.forget_idle();
         }
+        self.store.shared.upkeep().await;
+        self.store.release_orphans().await;
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
             let policy = room.policy();
-            let stats = match self.bounded(self.store.stats(&policy, now)).await {
+            let stats = match self.store.call(self.store.shared.stats(&policy, now)).await {
                 Ok(stats) => stats,
                 Err(e) => {
                     tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable");
                     continue;
                 }
             };
-            let totals = self.bounded(self.store.totals(&policy)).await.ok();
+            let totals = self
+                .store
+                .call(self.store.shared.totals(&policy))
+                .await
+                .ok();
             room.rate.observe(&stats, totals.as_ref(), now);
             let eta_seconds = room.rate.eta_seconds(stats.queued, &policy);
             self.telemetry.metrics.set_room(
                 &room.config.id,
-                &crate::admin::metrics::RoomFigures {
+                &crate::telemetry::metrics::RoomFigures {
                     active: stats.active,
                     queued: stats.queued,
                     limit: policy.total_active_users,
@@ -213,7 +208,7 @@ impl Gate {
             );
             self.telemetry.history.record(
                 &room.config.id,
-                crate::admin::history::Sample {
+                crate::telemetry::history::Sample {
                     t: now,
                     active: stats.active,
                     limit: policy.total_active_users,
@@ -228,7 +223,11 @@ impl Gate {
     /// Reads the operators' runtime changes for every room and applies them.
     pub async fn refresh_overrides(&self) {
         for room in self.rooms.all() {
-            match self.bounded(self.store.overrides(&room.config.id)).await {
+            match self
+                .store
+                .call(self.store.shared.overrides(&room.config.id))
+                .await
+            {
                 Ok(o) => {
                     room.apply_overrides(o.as_ref());
                 }
@@ -243,7 +242,8 @@ impl Gate {
     pub async fn store_ready(&self) -> bool {
         match self.rooms.all().first() {
             Some(room) => self
-                .bounded(self.store.stats(&room.policy(), self.clock.now_ms()))
+                .store
+                .call(self.store.shared.stats(&room.policy(), self.clock.now_ms()))
                 .await
                 .is_ok(),
             None => true,
@@ -274,89 +274,87 @@ impl Gate {
     }
 
     async fn phases(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let peer_ip = peer.ip();
-        let client = headers::client_ip(req.headers(), peer_ip, &self.trusted_proxies);
-        let fwd = Forward {
-            peer: peer_ip,
-            peer_trusted: headers::is_trusted(peer_ip, &self.trusted_proxies),
+        // Phase 1: canonical.
+        let canonical = match Canonical::of(&req) {
+            Ok(c) => c,
+            Err(why) => {
+                tracing::debug!(%peer, %why, "request refused");
+                return bad_request(refusal_text(why));
+            }
+        };
+        let ctx = Ctx {
+            peer,
+            peer_trusted: headers::is_trusted(peer.ip(), &self.trusted_proxies),
+            client: headers::client_ip(req.headers(), peer.ip(), &self.trusted_proxies),
+            canonical,
+            now: self.clock.now_ms(),
+            wants_json: wants_json(&req),
         };
 
-        // Phase 1: route.
-        let path = req.uri().path();
-        if let Some(rest) = path.strip_prefix(self.reserved_prefix.as_str()) {
-            return self.reserved(&req, rest, client).await;
+        // Phase 2: route.
+        if let Some(rest) = ctx
+            .canonical
+            .path
+            .strip_prefix(self.reserved_prefix.as_str())
+        {
+            return self.reserved(&req, rest, &ctx).await;
         }
-        let matched = self.rooms.matching(proxy::original_host(&req), path);
-        // Phase 2 is decided here too, while the request is only borrowed.
-        let bypass = matched.is_some_and(|room| room.bypasses(path, client, req.headers()));
-        let Some(room) = matched.cloned() else {
+        let key = ctx.canonical.match_key();
+        let Some(room) = self.rooms.matching(&ctx.canonical.host, &key).cloned() else {
             return match self.unmatched {
-                Unmatched::Forward => self.forward(req, &fwd, None, None, None).await,
-                Unmatched::NotFound => message(
-                    StatusCode::NOT_FOUND,
-                    "Not found",
-                    "There is nothing here.",
-                    0,
-                ),
+                Unmatched::Forward => self.forward(req, &ctx, None).await,
+                Unmatched::NotFound => not_found(),
             };
         };
 
-        // Phase 2: bypass.
-        if bypass {
-            return self.forward(req, &fwd, None, None, None).await;
+        // Phase 3: bypass.
+        if room.bypasses(&key, ctx.client, req.headers()) {
+            return self.forward(req, &ctx, None).await;
         }
 
-        // Phase 3: ticket.
-        let decision = match self.decide_anywhere(&room, &req, client).await {
+        // Phase 4: ticket.
+        let decision = match self.ticket(&room, &req, &ctx).await {
             Ok(d) => d,
-            Err(e) => return self.store_failed(&room, req, &fwd, e).await,
+            Err(e) => return self.store_failed(&room, req, &ctx, e).await,
         };
 
-        // Phase 4: respond.
+        // Phase 5: respond.
         match decision {
             Decision::Forward { visitor, ticket } => {
-                self.forward(req, &fwd, Some(&room), Some(visitor), ticket)
+                self.forward(req, &ctx, Some((&room, visitor, ticket)))
                     .await
             }
             Decision::Queued { place, ticket } => {
-                let cookie = self.set_cookie(&room, &ticket);
+                let cookie = self.tickets.set_cookie(&room, &ticket, ctx.now);
                 let status = self.status(&room, VisitorState::Queued, Some(place));
-                self.queue_response(&room, &req, status, Some(cookie))
-            }
-            Decision::Rejected(reason) => rejected(&room, reason, wants_json(&req)),
-            Decision::SlowDown(wait) => {
-                let seconds = poll_limit::retry_after_secs(wait);
-                if room.config.json_response && wants_json(&req) {
-                    let mut resp = json(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        &serde_json::json!({"error": "too many requests; your place is kept", "retry_after": seconds}),
-                        None,
-                    );
-                    retry_after(&mut resp, seconds);
-                    return resp;
-                }
-                message(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "Please slow down",
-                    "You keep your place in the queue. This page tries again by itself in a moment.",
-                    seconds,
+                pages::queue(
+                    &room,
+                    &status,
+                    ctx.wants_json,
+                    self.status_url(&room),
+                    ctx.now,
+                    Some(cookie),
                 )
             }
+            Decision::Rejected(reason) => pages::rejected(&room, reason, ctx.wants_json),
+            Decision::SlowDown(wait) => pages::slow_down(&room, wait, ctx.wants_json),
+            Decision::TooManyArrivals(wait) => {
+                pages::too_many_arrivals(&room, wait, ctx.wants_json)
+            }
+            // `ticket` turns an ended place into a new arrival.
+            Decision::Ended => pages::store_unavailable(&room),
         }
     }
 
-    /// Phase 3: what this request's ticket (or its absence) earns.
-    async fn decide(
+    /// Phase 4: what this request's ticket (or its absence) earns.
+    async fn ticket(
         &self,
         room: &Room,
         req: &Request<Incoming>,
-        client: IpAddr,
-        via: &Via<'_>,
+        ctx: &Ctx,
     ) -> Result<Decision, StoreError> {
-        let now = self.clock.now_ms();
-        let ticket = headers::cookie(req.headers(), &room.cookie_name)
-            .and_then(|v| self.keys.open(&room.config.id, v, now).ok());
-        match ticket {
+        let now = ctx.now;
+        match self.tickets.open(room, req.headers(), now) {
             Some(Ticket {
                 visitor,
                 grant:
@@ -372,20 +370,17 @@ impl Gate {
                         ticket: None,
                     });
                 }
-                let checked = self
-                    .call(
-                        via,
-                        via.store
-                            .check_in(&via.policy, visitor, session_expires_ms, now),
-                    )
-                    .await;
-                match checked {
+                match self
+                    .store
+                    .check_in(room, visitor, session_expires_ms, now)
+                    .await
+                {
                     Ok(Some(expires)) => Ok(Decision::Forward {
                         visitor,
-                        ticket: Some(self.admitted_ticket(room, visitor, expires, now)),
+                        ticket: Some(self.tickets.admitted(room, visitor, expires, now)),
                     }),
                     // Revoked, released or expired in the store: a new visitor.
-                    Ok(None) => self.arrive(room, now, via).await,
+                    Ok(None) => self.new_visitor(room, ctx).await,
                     // The ticket is valid; an unreachable store is no reason
                     // to stop an admitted visitor. The next request checks in again.
                     Err(_) => Ok(Decision::Forward {
@@ -398,251 +393,105 @@ impl Gate {
                 visitor,
                 grant: Grant::Queued { seq },
                 ..
-            }) => {
-                // Checked once, before the shared store; a local fallback
-                // after a store failure does not count the poll twice.
-                if via.shared {
-                    if let Err(wait) = self.poll_allowed(room, visitor, client) {
-                        return Ok(Decision::SlowDown(wait));
-                    }
-                }
-                let verdict = self
-                    .call(via, via.store.poll(&via.policy, visitor, seq, now))
-                    .await?;
-                if matches!(verdict, Verdict::Admitted { .. }) {
-                    room.metrics.admitted.inc();
-                }
-                Ok(self.verdict(room, visitor, verdict, now))
-            }
-            _ => self.arrive(room, now, via).await,
+            }) => match self.poll(room, visitor, seq, ctx).await? {
+                Decision::Ended => self.new_visitor(room, ctx).await,
+                decision => Ok(decision),
+            },
+            _ => self.new_visitor(room, ctx).await,
         }
     }
 
-    async fn arrive(&self, room: &Room, now: u64, via: &Via<'_>) -> Result<Decision, StoreError> {
-        let visitor = VisitorId::random();
-        let verdict = self
-            .call(via, via.store.arrive(&via.policy, visitor, now))
-            .await?;
-        match verdict {
-            Verdict::Admitted { .. } => room.metrics.admitted.inc(),
-            Verdict::Queued(_) => room.metrics.queued.inc(),
-            Verdict::Rejected(_) => room.metrics.rejected.inc(),
-        };
-        Ok(self.verdict(room, visitor, verdict, now))
-    }
-
-    /// Phase 3 in the shared store, or, when it fails and the fail mode is
-    /// `local`, in this instance's own store with its share of the limits.
-    async fn decide_anywhere(
-        &self,
-        room: &Room,
-        req: &Request<Incoming>,
-        client: IpAddr,
-    ) -> Result<Decision, StoreError> {
-        let shared = self.decide(room, req, client, &self.shared_via(room)).await;
-        match (shared, self.local_via(room)) {
-            (Err(_), Some(local)) => self.decide(room, req, client, &local).await,
-            (result, _) => result,
-        }
-    }
-
-    /// A queued visitor's poll, with the same fallback as `decide_anywhere`.
-    async fn poll_anywhere(
+    /// A queued visitor's poll: the one path for the page and the status
+    /// endpoint. Limited per visitor and address before the store is asked.
+    async fn poll(
         &self,
         room: &Room,
         visitor: VisitorId,
         seq: u64,
-        now: u64,
-    ) -> Result<Verdict, StoreError> {
-        let shared = self.shared_via(room);
-        let result = self
-            .call(
-                &shared,
-                shared.store.poll(&shared.policy, visitor, seq, now),
-            )
-            .await;
-        match (result, self.local_via(room)) {
-            (Err(_), Some(local)) => local.store.poll(&local.policy, visitor, seq, now).await,
-            (result, _) => result,
+        ctx: &Ctx,
+    ) -> Result<Decision, StoreError> {
+        if let Err(wait) = room
+            .poll_limit
+            .check(visitor)
+            .and_then(|()| self.limits.polls.check(ctx.client))
+        {
+            return Ok(Decision::SlowDown(wait));
         }
-    }
-
-    /// Whether a queued visitor may poll now (per visitor, then per address).
-    fn poll_allowed(
-        &self,
-        room: &Room,
-        visitor: VisitorId,
-        client: IpAddr,
-    ) -> Result<(), Duration> {
-        room.poll_limit.check(visitor)?;
-        self.ip_limit.check(client)
-    }
-
-    fn shared_via<'a>(&'a self, room: &'a Room) -> Via<'a> {
-        Via {
-            store: &*self.store,
-            metrics: &room.metrics,
-            policy: room.policy(),
-            shared: true,
+        let verdict = self.store.poll(room, visitor, seq, ctx.now).await?;
+        if matches!(verdict, Verdict::Admitted { .. }) {
+            room.metrics.admitted.inc();
         }
+        Ok(self.verdict(room, visitor, verdict, ctx.now))
     }
 
-    /// This instance's own store, in fail mode `local`: every limit divided
-    /// by the number of instances (rounded up; 0 stays unlimited).
-    fn local_via<'a>(&'a self, room: &'a Room) -> Option<Via<'a>> {
-        let local = self.local.as_deref()?;
-        let mut policy = (*room.policy()).clone();
-        let share = |limit: u64| limit.div_ceil(self.instances);
-        policy.total_active_users = share(policy.total_active_users);
-        policy.new_users_per_minute = share(policy.new_users_per_minute);
-        Some(Via {
-            store: local,
-            metrics: &room.metrics,
-            policy: Arc::new(policy),
-            shared: false,
-        })
-    }
-
-    /// Runs a store call: on the shared store bounded by the timeout and
-    /// skipped while the store is known to be down (one probe per
-    /// `STORE_RETRY`); on the local store directly.
-    async fn call<T>(
-        &self,
-        via: &Via<'_>,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        if !via.shared {
-            return call.await;
+    /// A visitor without a usable ticket: one decision, unless its address
+    /// asks for new tickets too fast.
+    async fn new_visitor(&self, room: &Room, ctx: &Ctx) -> Result<Decision, StoreError> {
+        if let Err(wait) = self.limits.arrivals.check(ctx.client) {
+            room.metrics.limited.inc();
+            return Ok(Decision::TooManyArrivals(wait));
         }
-        if !self.store_may_be_called() {
-            return Err(StoreError::Unavailable("down; retrying shortly".into()));
-        }
-        let started = Instant::now();
-        let result = self.bounded(call).await;
-        via.metrics
-            .decision_latency
-            .observe(started.elapsed().as_secs_f64());
-        result
+        let (visitor, verdict) = self.store.arrive(room, ctx.now).await?;
+        match verdict {
+            Verdict::Admitted { .. } => room.metrics.admitted.inc(),
+            Verdict::Queued(_) => room.metrics.queued.inc(),
+            Verdict::Rejected(_) => room.metrics.rejected.inc(),
+            Verdict::Ended => 0,
+        };
+        Ok(self.verdict(room, visitor, verdict, ctx.now))
     }
 
-    /// False while the store is down and the next probe is not yet due.
-    fn store_may_be_called(&self) -> bool {
-        let retry_at = self.retry_at_ms.load(Ordering::Relaxed);
-        if retry_at == 0 {
-            return true;
-        }
-        let now = self.started.elapsed().as_millis() as u64;
-        // Let exactly one request through as the probe.
-        now >= retry_at
-            && self
-                .retry_at_ms
-                .compare_exchange(
-                    retry_at,
-                    now + STORE_RETRY_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-    }
-
-    fn verdict(&self, room: &Room, visitor: VisitorId, verdict: Verdict, now: u64) -> Decision {
+    fn verdict(&self, room: &Room, visitor: VisitorId, verdict: Verdict, now: Millis) -> Decision {
         match verdict {
             Verdict::Admitted { session_expires_ms } => Decision::Forward {
                 visitor,
-                ticket: Some(self.admitted_ticket(room, visitor, session_expires_ms, now)),
+                ticket: Some(
+                    self.tickets
+                        .admitted(room, visitor, session_expires_ms, now),
+                ),
             },
             Verdict::Queued(place) => Decision::Queued {
                 place,
-                ticket: Ticket {
-                    visitor,
-                    grant: Grant::Queued { seq: place.seq },
-                    expires_ms: now + room.policy().abandon_after_ms,
-                },
+                ticket: self.tickets.queued(room, visitor, place, now),
             },
             Verdict::Rejected(reason) => Decision::Rejected(reason),
+            Verdict::Ended => Decision::Ended,
         }
-    }
-
-    fn admitted_ticket(&self, room: &Room, visitor: VisitorId, expires: u64, now: u64) -> Ticket {
-        Ticket {
-            visitor,
-            grant: Grant::Admitted {
-                session_expires_ms: expires,
-                check_in_due_ms: (now + room.check_in_interval_ms).min(expires),
-            },
-            expires_ms: expires,
-        }
-    }
-
-    /// Runs a store call under `store.timeout`, logging up/down transitions once.
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(self.store_timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout),
-        };
-        let failed = result.is_err();
-        let retry_at = if failed {
-            self.started.elapsed().as_millis() as u64 + STORE_RETRY_MS
-        } else {
-            0
-        };
-        self.retry_at_ms.store(retry_at, Ordering::Relaxed);
-        if failed {
-            self.telemetry.metrics.store_error();
-        }
-        if self.store_down.swap(failed, Ordering::Relaxed) != failed {
-            self.telemetry.metrics.set_store_up(!failed);
-            match &result {
-                Err(e) => {
-                    tracing::error!(error = %e, fail_mode = ?self.fail_mode, "store unavailable")
-                }
-                Ok(_) => tracing::info!("store available again"),
-            }
-        }
-        result
     }
 
     async fn store_failed(
         &self,
         room: &Room,
         req: Request<Incoming>,
-        fwd: &Forward,
+        ctx: &Ctx,
         error: StoreError,
     ) -> Response<Body> {
         tracing::debug!(room = %room.config.id, %error, "store call failed");
         match self.fail_mode {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.
-            FailMode::Open | FailMode::Local => self.forward(req, fwd, None, None, None).await,
-            FailMode::Closed => message(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Temporarily unavailable",
-                "We cannot check the queue right now. This page will try again shortly.",
-                room.config.refresh_interval.as_secs(),
-            ),
+            FailMode::Open | FailMode::Local => self.forward(req, ctx, None).await,
+            FailMode::Closed => pages::store_unavailable(room),
         }
     }
 
-    /// Forwards to the origin, adding the visitor header and re-issued cookie,
-    /// and carrying out the origin's `X-Waitroom-Command`.
+    /// Forwards to the origin; for an admitted visitor names it to the
+    /// origin, re-issues its cookie and carries out the origin's
+    /// `X-Waitroom-Command`.
     async fn forward(
         &self,
-        mut req: Request<Incoming>,
-        fwd: &Forward,
-        room: Option<&Room>,
-        visitor: Option<VisitorId>,
-        ticket: Option<Ticket>,
+        req: Request<Incoming>,
+        ctx: &Ctx,
+        admitted: Option<(&Room, VisitorId, Option<Ticket>)>,
     ) -> Response<Body> {
-        headers::strip_own_cookies(req.headers_mut());
-        req.headers_mut().remove(&X_WAITROOM_VISITOR);
-        if let Some(v) = visitor.and_then(|v| HeaderValue::from_str(&v.to_hex()).ok()) {
-            req.headers_mut().insert(X_WAITROOM_VISITOR, v);
-        }
+        let out = Outbound {
+            peer: ctx.peer.ip(),
+            peer_trusted: ctx.peer_trusted,
+            canonical: &ctx.canonical,
+            visitor: admitted.as_ref().map(|(_, v, _)| *v),
+        };
         let started = Instant::now();
-        let forwarded = self.proxy.forward(req, fwd).await;
+        let forwarded = self.proxy.forward(req, &out).await;
         self.telemetry
             .metrics
             .origin_latency(started.elapsed().as_secs_f64());
@@ -650,61 +499,60 @@ impl Gate {
             Ok(resp) => resp,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
-                return origin_error(&e);
+                return pages::origin_error(&e);
             }
         };
         let command = resp.headers_mut().remove(&X_WAITROOM_COMMAND);
-        if let (Some(room), Some(visitor)) = (room, visitor) {
-            if command
-                .as_ref()
-                .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(b"revoke"))
+        let Some((room, visitor, ticket)) = admitted else {
+            return resp;
+        };
+        let revoke = command
+            .as_ref()
+            .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(b"revoke"));
+        if revoke {
+            match self
+                .store
+                .call(self.store.shared.release(&room.policy(), visitor, ctx.now))
+                .await
             {
-                let now = self.clock.now_ms();
-                if let Err(e) = self
-                    .bounded(self.store.release(&room.policy(), visitor, now))
-                    .await
-                {
-                    tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded");
-                } else {
+                Ok(_) => {
                     room.metrics.revoked.inc();
                 }
-                append_cookie(&mut resp, self.expired_cookie(room));
-            } else if let Some(ticket) = ticket {
-                append_cookie(&mut resp, self.set_cookie(room, &ticket));
+                Err(e) => {
+                    tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded")
+                }
             }
+            push_cookie(resp.headers_mut(), self.tickets.expired_cookie(room));
+        } else if let Some(ticket) = ticket {
+            push_cookie(
+                resp.headers_mut(),
+                self.tickets.set_cookie(room, &ticket, ctx.now),
+            );
         }
         resp
     }
 
-    /// Phase 1 for the daemon's own paths.
-    async fn reserved(
-        &self,
-        req: &Request<Incoming>,
-        rest: &str,
-        client: IpAddr,
-    ) -> Response<Body> {
+    /// Phase 2 for the daemon's own paths.
+    async fn reserved(&self, req: &Request<Incoming>, rest: &str, ctx: &Ctx) -> Response<Body> {
         match (req.method(), rest) {
-            (&Method::GET, "status") => self.status_endpoint(req, client).await,
+            (&Method::GET, "status") => self.status_endpoint(req, ctx).await,
             (&Method::GET, "health") => text(StatusCode::OK, "ok"),
-            _ => message(
-                StatusCode::NOT_FOUND,
-                "Not found",
-                "There is nothing here.",
-                0,
-            ),
+            _ => not_found(),
         }
     }
 
     /// `GET /__waitroom/status?room=ID`: the visitor's standing, as JSON.
-    /// A queued visitor's call counts as a poll (and may admit them).
-    async fn status_endpoint(&self, req: &Request<Incoming>, client: IpAddr) -> Response<Body> {
-        let room_id = req
-            .uri()
-            .query()
+    /// A queued visitor's call is a poll (and may admit them), through the
+    /// same path as a page load.
+    async fn status_endpoint(&self, req: &Request<Incoming>, ctx: &Ctx) -> Response<Body> {
+        let room_id = ctx
+            .canonical
+            .query
+            .as_deref()
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
         let room = match room_id {
             Some(id) => self.rooms.by_id(id),
-            None => self.rooms.matching(proxy::original_host(req), "/"),
+            None => self.rooms.matching(&ctx.canonical.host, "/"),
         };
         let Some(room) = room.cloned() else {
             return json(
@@ -713,51 +561,45 @@ impl Gate {
                 None,
             );
         };
-        let now = self.clock.now_ms();
-        let ticket = headers::cookie(req.headers(), &room.cookie_name)
-            .and_then(|v| self.keys.open(&room.config.id, v, now).ok());
+        let ticket = self.tickets.open(&room, req.headers(), ctx.now);
         let (status, cookie) = match ticket {
             Some(Ticket {
                 visitor,
                 grant: Grant::Queued { seq },
                 ..
-            }) => {
-                if let Err(wait) = self.poll_allowed(&room, visitor, client) {
-                    let seconds = poll_limit::retry_after_secs(wait);
+            }) => match self.poll(&room, visitor, seq, ctx).await {
+                Ok(Decision::Forward { ticket, .. }) => (
+                    self.status(&room, VisitorState::Admitted, None),
+                    ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
+                ),
+                Ok(Decision::Queued { place, ticket }) => (
+                    self.status(&room, VisitorState::Queued, Some(place)),
+                    Some(self.tickets.set_cookie(&room, &ticket, ctx.now)),
+                ),
+                Ok(Decision::Rejected(reason)) => {
+                    (self.status(&room, pages::reject_state(reason), None), None)
+                }
+                Ok(Decision::SlowDown(wait)) => {
+                    let seconds = limits::retry_after_secs(wait);
                     let mut status = self.status(&room, VisitorState::Queued, None);
                     status.refresh_seconds = seconds;
                     let mut resp = json(StatusCode::TOO_MANY_REQUESTS, &status, None);
                     retry_after(&mut resp, seconds);
                     return resp;
                 }
-                match self.poll_anywhere(&room, visitor, seq, now).await {
-                    Ok(verdict) => match self.verdict(&room, visitor, verdict, now) {
-                        Decision::Forward { ticket, .. } => (
-                            self.status(&room, VisitorState::Admitted, None),
-                            ticket.map(|t| self.set_cookie(&room, &t)),
-                        ),
-                        Decision::Queued { place, ticket } => (
-                            self.status(&room, VisitorState::Queued, Some(place)),
-                            Some(self.set_cookie(&room, &ticket)),
-                        ),
-                        Decision::Rejected(reason) => {
-                            (self.status(&room, reject_state(reason), None), None)
-                        }
-                        // Not an outcome of a verdict; keep the page waiting.
-                        Decision::SlowDown(_) => {
-                            (self.status(&room, VisitorState::Queued, None), None)
-                        }
-                    },
-                    // The store is down: tell the page to keep waiting.
-                    Err(_) => (self.status(&room, VisitorState::Queued, None), None),
+                // The place is gone; loading the room's page hands out a new one.
+                Ok(Decision::Ended | Decision::TooManyArrivals(_)) => {
+                    (self.status(&room, VisitorState::None, None), None)
                 }
-            }
+                // The store is down: tell the page to keep waiting.
+                Err(_) => (self.status(&room, VisitorState::Queued, None), None),
+            },
             Some(Ticket {
                 grant: Grant::Admitted { .. },
                 ..
             }) => (self.status(&room, VisitorState::Admitted, None), None),
             // No ticket: loading the room's page will hand one out.
-            None => (self.status(&room, VisitorState::Admitted, None), None),
+            None => (self.status(&room, VisitorState::None, None), None),
         };
         json(StatusCode::OK, &status, cookie)
     }
@@ -774,117 +616,19 @@ impl Gate {
         }
     }
 
-    fn queue_response(
-        &self,
-        room: &Room,
-        req: &Request<Incoming>,
-        status: Status,
-        cookie: Option<String>,
-    ) -> Response<Body> {
-        let code = room.config.queue_status_code;
-        if room.config.json_response && wants_json(req) {
-            let mut resp = json(code, &status, cookie);
-            retry_after(&mut resp, status.refresh_seconds);
-            return resp;
+    fn status_url(&self, room: &Room) -> String {
+        format!("{}status?room={}", self.reserved_prefix, room.config.id)
+    }
+}
+
+/// The 400 page's sentence for a request that cannot be made canonical.
+fn refusal_text(why: crate::canonical::Refusal) -> &'static str {
+    use crate::canonical::Refusal::*;
+    match why {
+        MissingHost | DuplicateHost | BadHost | HostMismatch => {
+            "The request must name exactly one valid host."
         }
-        let status_url = format!("{}status?room={}", self.reserved_prefix, room.config.id);
-        let view = QueueView::new(&status, &room.config.name, status_url, self.clock.now_ms());
-        let mut resp = html(code, room.template.render(&view));
-        retry_after(&mut resp, status.refresh_seconds);
-        if let Some(c) = cookie {
-            push_cookie(resp.headers_mut(), c);
-        }
-        resp
-    }
-
-    fn set_cookie(&self, room: &Room, ticket: &Ticket) -> String {
-        let now = self.clock.now_ms();
-        let max_age = ticket.expires_ms.saturating_sub(now) / 1000;
-        Cookie::build((
-            room.cookie_name.as_str(),
-            self.keys.seal(&room.config.id, ticket),
-        ))
-        .path("/")
-        .http_only(true)
-        .same_site(SameSite::Lax)
-        .secure(self.cookie_secure)
-        .max_age(cookie::time::Duration::seconds(max_age as i64 + 1))
-        .build()
-        .to_string()
-    }
-
-    fn expired_cookie(&self, room: &Room) -> String {
-        Cookie::build((room.cookie_name.as_str(), ""))
-            .path("/")
-            .http_only(true)
-            .same_site(SameSite::Lax)
-            .secure(self.cookie_secure)
-            .max_age(cookie::time::Duration::ZERO)
-            .build()
-            .to_string()
-    }
-}
-
-fn reject_state(reason: RejectReason) -> VisitorState {
-    match reason {
-        RejectReason::Closed => VisitorState::Closed,
-        RejectReason::QueueFull | RejectReason::OverLimit => VisitorState::Rejected,
-    }
-}
-
-fn rejected(room: &Room, reason: RejectReason, as_json: bool) -> Response<Body> {
-    let refresh = room.config.refresh_interval.as_secs().max(1);
-    if as_json && room.config.json_response {
-        let status = Status {
-            room: room.config.id.clone(),
-            state: reject_state(reason),
-            position: 0,
-            queue_length: 0,
-            eta_seconds: 0,
-            refresh_seconds: refresh,
-        };
-        return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
-    }
-    let (title, text, retry) = match reason {
-        RejectReason::Closed => (
-            "Sold out",
-            "This sale is closed. Thank you for your patience.",
-            0,
-        ),
-        RejectReason::QueueFull => (
-            "Too busy right now",
-            "The queue is full at the moment. Please try again a little later.",
-            refresh * 3,
-        ),
-        RejectReason::OverLimit => (
-            "Too busy right now",
-            "We are at capacity. Please try again in a moment.",
-            refresh,
-        ),
-    };
-    message(StatusCode::SERVICE_UNAVAILABLE, title, text, retry)
-}
-
-fn origin_error(e: &proxy::OriginError) -> Response<Body> {
-    match e.status() {
-        StatusCode::GATEWAY_TIMEOUT => message(
-            StatusCode::GATEWAY_TIMEOUT,
-            "The site is slow to answer",
-            "The site did not answer in time. Please try again in a moment.",
-            0,
-        ),
-        StatusCode::BAD_REQUEST => message(
-            StatusCode::BAD_REQUEST,
-            "Bad request",
-            "This request cannot be handled.",
-            0,
-        ),
-        status => message(
-            status,
-            "The site is unavailable",
-            "The site could not be reached. Please try again in a moment.",
-            0,
-        ),
+        _ => "The address of this request cannot be handled.",
     }
 }
 
@@ -894,82 +638,4 @@ fn wants_json<B>(req: &Request<B>) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/json"))
-}
-
-fn retry_after(resp: &mut Response<Body>, seconds: u64) {
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-}
-
-fn push_cookie(headers: &mut http::HeaderMap, cookie: String) {
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        headers.append(header::SET_COOKIE, v);
-    }
-}
-
-fn append_cookie(resp: &mut Response<Body>, cookie: String) {
-    push_cookie(resp.headers_mut(), cookie);
-}
-
-fn no_store(builder: http::response::Builder) -> http::response::Builder {
-    builder.header(header::CACHE_CONTROL, "no-store")
-}
-
-pub fn html(status: StatusCode, page: String) -> Response<Body> {
-    let mut resp = Response::new(full(page));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
-
-pub fn json<T: serde::Serialize>(
-    status: StatusCode,
-    value: &T,
-    cookie: Option<String>,
-) -> Response<Body> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    let mut resp = no_store(Response::builder())
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(full(body))
-        .unwrap_or_else(|_| Response::new(crate::body::empty()));
-    if let Some(c) = cookie {
-        push_cookie(resp.headers_mut(), c);
-    }
-    resp
-}
-
-pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-pub fn message(
-    status: StatusCode,
-    title: &str,
-    text: &str,
-    refresh_seconds: u64,
-) -> Response<Body> {
-    let mut resp = html(
-        status,
-        queue_page::render_message(&Message {
-            title,
-            text,
-            refresh_seconds,
-        }),
-    );
-    if refresh_seconds > 0 {
-        retry_after(&mut resp, refresh_seconds);
-    }
-    resp
 }

@@ -8,14 +8,15 @@ use arc_swap::ArcSwap;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::admin::metrics::RoomMetrics;
+use crate::canonical::covers;
 use crate::config::RoomConfig;
 use crate::proxy::headers::COOKIE_PREFIX;
 use crate::queue_page::Template;
 use crate::store::{RoomOverrides, RoomPolicy};
+use crate::telemetry::metrics::RoomMetrics;
 
 use super::eta::RateTracker;
-use super::poll_limit::VisitorLimit;
+use super::limits::VisitorLimit;
 use crate::clock::SharedClock;
 
 /// One room, ready to serve.
@@ -109,14 +110,21 @@ impl Room {
     }
 
     /// Whether this request skips the waiting room (SPEC §4 step 3).
+    /// `path` is the canonical request's match key; bypass paths cover
+    /// whole segments (`/static/` never covers `/staticX`).
     pub fn bypasses(&self, path: &str, client: IpAddr, headers: &HeaderMap) -> bool {
         let c = &self.config;
-        c.bypass_paths.iter().any(|p| path.starts_with(p.as_str()))
+        c.bypass_paths
+            .iter()
+            .any(|p| covers(p, path, c.case_insensitive_paths))
             || c.bypass_ips.iter().any(|net| net.contains(&client))
             || c.bypass_header.as_ref().is_some_and(|(name, secret)| {
-                headers
-                    .get(name)
-                    .is_some_and(|v| constant_time_eq(v.as_bytes(), secret.0.as_bytes()))
+                let mut values = headers.get_all(name).iter();
+                // One value, exactly the secret: a repeated header is no bypass.
+                match (values.next(), values.next()) {
+                    (Some(v), None) => secret.matches(v.as_bytes()),
+                    _ => false,
+                }
             })
     }
 }
@@ -142,14 +150,6 @@ fn fingerprint(p: &RoomPolicy) -> u64 {
     u64::from_be_bytes(first)
 }
 
-/// Compares secrets without an early exit that leaks how much matched.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// All rooms, matched by host and longest path prefix.
 #[derive(Default)]
 pub struct Rooms {
@@ -169,60 +169,21 @@ impl Rooms {
         self.rooms.iter().find(|r| r.config.id == id)
     }
 
-    /// The room for `host` (without port, any case) and `path`: the longest
-    /// matching prefix; a room naming the host beats a room for any host.
-    pub fn matching(&self, host: Option<&str>, path: &str) -> Option<&Arc<Room>> {
-        let host = host.map(strip_port);
+    /// The room for a canonical `host` and match key `path`: the longest
+    /// prefix covering the path on whole segments; a room naming the host
+    /// beats a room for any host.
+    pub fn matching(&self, host: &str, path: &str) -> Option<&Arc<Room>> {
         self.rooms
             .iter()
-            .filter(|r| match (&r.config.host, host) {
-                (None, _) => true,
-                (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
-                (Some(_), None) => false,
-            })
-            .filter(|r| prefix_matches(&r.config.path, path))
+            .filter(|r| r.config.host.as_deref().is_none_or(|want| want == host))
+            .filter(|r| covers(&r.config.path, path, r.config.case_insensitive_paths))
             .max_by_key(|r| (r.config.path.len(), r.config.host.is_some()))
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        // [v6]:port
-        return host
-            .split(']')
-            .next()
-            .map_or(host, |h| &host[..h.len() + 1]);
-    }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
-}
-
-/// `/shop` matches `/shop`, `/shop/` and `/shop/x`, not `/shopping`.
-fn prefix_matches(prefix: &str, path: &str) -> bool {
-    match path.strip_prefix(prefix) {
-        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
-        None => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes_match_on_segment_boundaries() {
-        assert!(prefix_matches("/", "/anything"));
-        assert!(prefix_matches("/shop", "/shop"));
-        assert!(prefix_matches("/shop", "/shop/cart"));
-        assert!(!prefix_matches("/shop", "/shopping"));
-        assert!(prefix_matches("/shop/", "/shop/cart"));
-    }
-
-    #[test]
-    fn ports_are_ignored_when_matching_hosts() {
-        assert_eq!(strip_port("shop.example:8080"), "shop.example");
-        assert_eq!(strip_port("shop.example"), "shop.example");
-        assert_eq!(strip_port("[::1]:8080"), "[::1]");
-    }
 
     fn shop() -> Room {
         let config = crate::config::from_toml_str(
@@ -239,7 +200,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        let metrics = crate::admin::metrics::Metrics::new().room("shop");
+        let metrics = crate::telemetry::metrics::Metrics::new().room("shop");
         let clock: SharedClock = Arc::new(crate::clock::ManualClock::new(0));
         Room::new(config.rooms[0].clone(), Template::builtin(), metrics, clock)
     }
@@ -276,12 +237,5 @@ mod tests {
         assert!(!room.apply_overrides(Some(&foreign)));
         assert!(!room.apply_overrides(None));
         assert_eq!(room.policy().total_active_users, 10);
-    }
-
-    #[test]
-    fn constant_time_eq_compares_exactly() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
     }
 }

@@ -53,36 +53,93 @@ pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
     trusted.iter().any(|net| net.contains(&peer))
 }
 
-/// The visitor's address: the peer itself, or, when the peer is a trusted
-/// proxy, the right-most address in `X-Forwarded-For` that is not one of our
-/// trusted proxies (the left part of the header is whatever the client sent).
+/// The visitor's address (SPEC §4): the peer itself, or, when the peer is
+/// a trusted proxy, `X-Forwarded-For` walked from the right through trusted
+/// proxies to the first address that is not one. A hop that does not parse
+/// as a bare IP address (`1.2.3.4:80`, `[::1]`, `unknown`) ends the walk at
+/// the last trusted hop: what lies left of it was written by someone we do
+/// not trust, so it is never skipped to reach a more convenient address.
 pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr {
     if !is_trusted(peer, trusted) {
         return peer;
     }
-    let hops: Vec<IpAddr> = headers
-        .get_all(&X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|s| s.trim().parse().ok())
+    let mut client = peer;
+    for line in headers.get_all(&X_FORWARDED_FOR).iter().rev() {
+        let Ok(line) = line.to_str() else {
+            return client;
+        };
+        for hop in line.rsplit(',') {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) => {
+                    client = ip;
+                    if !is_trusted(ip, trusted) {
+                        return ip;
+                    }
+                }
+                Err(_) => return client,
+            }
+        }
+    }
+    client
+}
+
+/// Request headers that describe the client's path to us; an origin may
+/// believe them, so only trusted proxies may supply them.
+const FORWARDING: [&str; 7] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-real-ip",
+    "forwarded",
+];
+
+/// Our own request headers (`X-Waitroom-Visitor`, …) start with this.
+const OWN_PREFIX: &str = "x-waitroom-";
+
+/// `name` spelled as `want`, where `_` in `name` stands for `-`: CGI, PHP,
+/// Rack and others fold `X_Waitroom_Visitor` and `X-Waitroom-Visitor` into
+/// the same variable.
+fn folds_to(name: &[u8], want: &[u8]) -> bool {
+    name.len() == want.len()
+        && name
+            .iter()
+            .zip(want)
+            .all(|(a, b)| a == b || (*a == b'_' && *b == b'-'))
+}
+
+/// Whether a visitor's header must not reach the origin: any spelling of
+/// our own headers; any underscore spelling of a forwarding header (no
+/// proxy writes those); and, from untrusted peers, the forwarding headers.
+fn not_from_visitors(name: &HeaderName, peer_trusted: bool) -> bool {
+    let n = name.as_str().as_bytes();
+    if n.len() >= OWN_PREFIX.len() && folds_to(&n[..OWN_PREFIX.len()], OWN_PREFIX.as_bytes()) {
+        return true;
+    }
+    (!peer_trusted || n.contains(&b'_')) && FORWARDING.iter().any(|f| folds_to(n, f.as_bytes()))
+}
+
+/// Removes from a visitor's request what only we may tell the origin: our
+/// headers in every spelling, forwarding headers a visitor made up, and
+/// our cookies. Hop-by-hop headers go too (before anything of ours is
+/// added, so `Connection: x-waitroom-visitor` cannot remove what we add).
+pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, keep_upgrade: bool) {
+    strip_hop_by_hop(headers, keep_upgrade);
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| not_from_visitors(name, peer_trusted))
+        .cloned()
         .collect();
-    hops.iter()
-        .rev()
-        .find(|ip| !is_trusted(**ip, trusted))
-        .or(hops.first())
-        .copied()
-        .unwrap_or(peer)
+    for name in doomed {
+        headers.remove(name);
+    }
+    strip_own_cookies(headers);
 }
 
 /// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
 /// peer appended) only when the peer is trusted; otherwise they are replaced.
-pub fn set_forwarded(
-    headers: &mut HeaderMap,
-    peer: IpAddr,
-    trusted: bool,
-    host: Option<HeaderValue>,
-) {
+pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host: HeaderValue) {
     let prior_for = trusted.then(|| joined(headers, &X_FORWARDED_FOR)).flatten();
     let xff = match prior_for {
         Some(prior) => format!("{prior}, {peer}"),
@@ -95,14 +152,7 @@ pub fn set_forwarded(
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
     if !(trusted && headers.contains_key(&X_FORWARDED_HOST)) {
-        match host {
-            Some(v) => {
-                headers.insert(X_FORWARDED_HOST, v);
-            }
-            None => {
-                headers.remove(&X_FORWARDED_HOST);
-            }
-        }
+        headers.insert(X_FORWARDED_HOST, host);
     }
 }
 
@@ -214,7 +264,7 @@ mod tests {
             &mut h,
             peer,
             false,
-            Some(HeaderValue::from_static("shop.example")),
+            HeaderValue::from_static("shop.example"),
         );
         assert_eq!(h["x-forwarded-for"], "10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -224,12 +274,7 @@ mod tests {
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
         ]);
-        set_forwarded(
-            &mut h,
-            peer,
-            true,
-            Some(HeaderValue::from_static("shop.example")),
-        );
+        set_forwarded(&mut h, peer, true, HeaderValue::from_static("shop.example"));
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "https");
     }
@@ -245,6 +290,72 @@ mod tests {
             "5.5.5.5".parse::<IpAddr>().unwrap()
         );
         assert_eq!(client_ip(&h, other, &trusted), other);
+    }
+
+    #[test]
+    fn forwarded_for_walk_stops_at_the_first_hop_that_is_not_a_bare_ip() {
+        let trusted: Vec<IpNet> = vec![
+            "127.0.0.1/32".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+        ];
+        let lb: IpAddr = "127.0.0.1".parse().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (xff, want) in [
+            // A spoofed bypass address left of a hop we cannot read.
+            ("10.9.9.9, 198.51.100.7:4711", "127.0.0.1"),
+            ("10.9.9.9, unknown", "127.0.0.1"),
+            ("10.9.9.9, [2001:db8::1]:4711", "127.0.0.1"),
+            ("10.9.9.9, [2001:db8::1]", "127.0.0.1"),
+            ("10.9.9.9, ", "127.0.0.1"),
+            // Through trusted hops to the first untrusted one.
+            ("6.6.6.6, 198.51.100.7, 10.1.1.1", "198.51.100.7"),
+            ("2001:db8::7", "2001:db8::7"),
+            // Only trusted hops: the left-most of them.
+            ("10.2.2.2, 10.1.1.1", "10.2.2.2"),
+            // Unreadable in the middle of trusted hops.
+            ("6.6.6.6, x, 10.1.1.1", "10.1.1.1"),
+        ] {
+            let h = map(&[("x-forwarded-for", xff)]);
+            assert_eq!(client_ip(&h, lb, &trusted), ip(want), "{xff}");
+        }
+        // Several lines are one list, in order.
+        let h = map(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "10.1.1.1"),
+        ]);
+        assert_eq!(client_ip(&h, lb, &trusted), ip("6.6.6.6"));
+    }
+
+    #[test]
+    fn visitors_cannot_speak_for_us_in_any_spelling() {
+        let mut h = map(&[
+            ("x-waitroom-visitor", "forged"),
+            ("x_waitroom_visitor", "forged"),
+            ("X_WAITROOM-Signature", "forged"),
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x_forwarded_for", "1.2.3.4"),
+            ("forwarded", "for=1.2.3.4"),
+            ("x-real-ip", "1.2.3.4"),
+            ("x-waitroomish", "kept"),
+            ("connection", "x-keep-me-not"),
+            ("x-keep-me-not", "1"),
+            ("cookie", "a=1; waitroom_shop=t"),
+            ("accept", "*/*"),
+        ]);
+        sanitize_inbound(&mut h, false, false);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "cookie", "x-waitroomish"]);
+        assert_eq!(h["cookie"], "a=1");
+
+        // A trusted proxy's forwarding headers stay; underscore spellings never.
+        let mut h = map(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x_forwarded_for", "6.6.6.6"),
+        ]);
+        sanitize_inbound(&mut h, true, false);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4");
     }
 
     #[test]

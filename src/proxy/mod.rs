@@ -4,8 +4,13 @@
 pub mod headers;
 
 use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::header::HeaderName;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
@@ -14,9 +19,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::body::{boxed, Body};
+use crate::canonical::Canonical;
 use crate::config::OriginConfig;
+use crate::store::VisitorId;
 
-/// Why the origin did not give us a response.
+/// Why the origin did not give us a response. Errors carry which side
+/// failed, so the visitor's broken request is a 400 and the origin's
+/// failure a 502/504.
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     #[error("origin did not answer within {0:?}")]
@@ -25,6 +34,9 @@ pub enum OriginError {
     Unreachable(String),
     #[error("request cannot be forwarded: {0}")]
     BadRequest(String),
+    /// The visitor's request body broke off or was malformed (a bad chunk).
+    #[error("the visitor's request body failed: {0}")]
+    Downstream(String),
 }
 
 impl OriginError {
@@ -32,14 +44,14 @@ impl OriginError {
         match self {
             OriginError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             OriginError::Unreachable(_) => StatusCode::BAD_GATEWAY,
-            OriginError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            OriginError::BadRequest(_) | OriginError::Downstream(_) => StatusCode::BAD_REQUEST,
         }
     }
 }
 
 /// Where and how requests are sent to the origin.
 pub struct Proxy {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, Body>,
     scheme: Scheme,
     authority: Authority,
     /// Path prefix of the origin URL without its trailing `/` (often empty).
@@ -47,12 +59,16 @@ pub struct Proxy {
     timeout: Duration,
 }
 
-/// What the gate decided about the request, for the forwarding step.
-pub struct Forward {
+/// What the gate decided about a request, for the forwarding step.
+pub struct Outbound<'a> {
     /// The TCP peer.
     pub peer: IpAddr,
-    /// Whether the peer is a trusted proxy.
+    /// Whether the peer is a trusted proxy (its `X-Forwarded-*` are kept).
     pub peer_trusted: bool,
+    /// The request as the gate matched it; the origin receives this.
+    pub canonical: &'a Canonical,
+    /// The admitted visitor, named to the origin in `X-Waitroom-Visitor`.
+    pub visitor: Option<VisitorId>,
 }
 
 impl Proxy {
@@ -83,26 +99,25 @@ impl Proxy {
     }
 
     /// Sends `req` to the origin and returns its response, bodies streaming.
-    /// The caller has already stripped the daemon's cookies and added its own
-    /// headers; this step owns hop-by-hop and `X-Forwarded-*` handling.
+    /// The origin receives the canonical path and host, our own headers
+    /// (set here, after the visitor's spellings of them are removed), and
+    /// none of the daemon's cookies or the hop-by-hop headers.
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,
-        fwd: &Forward,
+        out: &Outbound<'_>,
     ) -> Result<Response<Body>, OriginError> {
         let upgrade =
             req.headers().contains_key(header::UPGRADE) && req.version() == Version::HTTP_11;
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
-        let host = original_host_value(&req);
-        let path_and_query = match (self.base_path.is_empty(), req.uri().path_and_query()) {
-            (true, Some(pq)) => pq.clone(),
-            (_, pq) => {
-                let path = pq.map_or("/", PathAndQuery::as_str);
-                PathAndQuery::try_from(format!("{}{}", self.base_path, path))
-                    .map_err(|e| OriginError::BadRequest(e.to_string()))?
-            }
-        };
+        let target = out.canonical.path_and_query();
+        let path_and_query = if self.base_path.is_empty() {
+            PathAndQuery::try_from(target.as_ref())
+        } else {
+            PathAndQuery::try_from(format!("{}{target}", self.base_path))
+        }
+        .map_err(|e| OriginError::BadRequest(e.to_string()))?;
         let mut uri = http::uri::Parts::default();
         uri.scheme = Some(self.scheme.clone());
         uri.authority = Some(self.authority.clone());
@@ -111,17 +126,24 @@ impl Proxy {
             Uri::from_parts(uri).map_err(|e| OriginError::BadRequest(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
-        headers::strip_hop_by_hop(headers, upgrade);
-        headers::set_forwarded(headers, fwd.peer, fwd.peer_trusted, host.clone());
-        // Keep the visitor's Host so virtual-hosted origins see their own name
-        // (an HTTP/2 visitor sent it as the URI's authority instead).
-        if let Some(h) = host {
-            headers.entry(header::HOST).or_insert(h);
+        headers::sanitize_inbound(headers, out.peer_trusted, upgrade);
+        let host = out.canonical.host_header.clone();
+        headers::set_forwarded(headers, out.peer, out.peer_trusted, host.clone());
+        headers.insert(header::HOST, host);
+        if let Some(visitor) = out.visitor {
+            if let Ok(v) = HeaderValue::from_str(&visitor.to_hex()) {
+                headers.insert(X_WAITROOM_VISITOR, v);
+            }
         }
+        let body_failed = Arc::new(AtomicBool::new(false));
+        let req = req.map(|body| boxed(Watched::new(body, body_failed.clone())));
 
         let sent = tokio::time::timeout(self.timeout, self.client.request(req)).await;
         let mut resp = match sent {
             Err(_) => return Err(OriginError::Timeout(self.timeout)),
+            Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
+                return Err(OriginError::Downstream(error_chain(&e)))
+            }
             Ok(Err(e)) => return Err(OriginError::Unreachable(error_chain(&e))),
             Ok(Ok(resp)) => resp,
         };
@@ -152,22 +174,43 @@ impl Proxy {
     }
 }
 
-/// The host the visitor asked for (`Host`, or the authority of an HTTP/2 URI).
-pub fn original_host<B>(req: &Request<B>) -> Option<&str> {
-    req.headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(Authority::as_str))
+/// Tells the origin who the admitted visitor is.
+pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-visitor");
+
+/// A visitor's request body on its way to the origin, remembering whether
+/// it failed, so that a broken upload is answered as the visitor's fault.
+struct Watched {
+    inner: Incoming,
+    failed: Arc<AtomicBool>,
 }
 
-/// [`original_host`] as a header value, for `Host` and `X-Forwarded-Host`.
-fn original_host_value<B>(req: &Request<B>) -> Option<HeaderValue> {
-    match req.headers().get(header::HOST) {
-        Some(h) => Some(h.clone()),
-        None => req
-            .uri()
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+impl Watched {
+    fn new(inner: Incoming, failed: Arc<AtomicBool>) -> Self {
+        Self { inner, failed }
+    }
+}
+
+impl http_body::Body for Watched {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &polled {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

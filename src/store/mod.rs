@@ -26,6 +26,13 @@
 //!   last_seq + 1)`. Deriving it from time keeps tickets issued before a store
 //!   loss ordered before every ticket issued after it, so an entry put back
 //!   from a ticket (I5) lands at its original place.
+//! * What an operator or the origin ends stays ended: a released session is
+//!   remembered until it would have expired, a released queue place for
+//!   `abandon_after`, and a reset voids every queue ticket issued before it
+//!   (`seq` at or below the room's reset floor). Their tickets get
+//!   [`Verdict::Ended`] or `None`, never their place back. Only a store that
+//!   *lost* its data (restart, `FLUSHALL`) forgets these marks, and then the
+//!   tickets restore what they carry (I5).
 
 pub mod memory;
 pub mod redis;
@@ -178,6 +185,10 @@ pub enum Verdict {
     },
     Queued(QueuePlace),
     Rejected(RejectReason),
+    /// The visitor's queue place was ended (released, or the room reset):
+    /// its ticket is void and the visitor is a newcomer again. Only `poll`
+    /// answers this.
+    Ended,
 }
 
 /// Live figures of one room.
@@ -250,6 +261,10 @@ impl RoomOverrides {
 pub enum StoreError {
     #[error("store timed out")]
     Timeout,
+    /// Not tried: the store failed a moment ago and is left alone until its
+    /// next probe (`gate::guard`).
+    #[error("store down; retrying shortly")]
+    Down,
     #[error("store unavailable: {0}")]
     Unavailable(String),
     #[error("store answered something unexpected: {0}")]
@@ -270,7 +285,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// A queued visitor polls. `seq` is the order its ticket carries: if the
     /// store has no entry and no session for the visitor, the entry is put
-    /// back at `seq` (I5). Updates the visitor's last-poll time.
+    /// back at `seq` (I5), unless the place was ended ([`Verdict::Ended`]).
+    /// Updates the visitor's last-poll time.
     async fn poll(
         &self,
         room: &RoomPolicy,
@@ -296,7 +312,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Ends a visitor's session (or queue place). True if there was one. An
     /// ended session is remembered until it would have expired, so its
-    /// ticket cannot re-create it at check-in.
+    /// ticket cannot re-create it at check-in; an ended queue place for
+    /// `abandon_after`, so its ticket cannot put it back.
     async fn release(
         &self,
         room: &RoomPolicy,
@@ -311,12 +328,16 @@ pub trait Store: Send + Sync + 'static {
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError>;
 
     /// Empties the room: no sessions (they are ended, as by `release`), no
-    /// queue, no rate history. Overrides stay. Visitors who keep polling with
-    /// a queue ticket are put back at their place (I5).
-    async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError>;
+    /// queue (every queue ticket issued so far is void), no rate history.
+    /// Overrides stay.
+    async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError>;
 
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
+
+    /// Periodic upkeep the daemon runs every few seconds, off the request
+    /// path (Redis: re-measures the server clock that deadlines are set in).
+    async fn upkeep(&self) {}
 
     /// Replaces (or, with `None`, clears) the room's runtime changes.
     async fn set_overrides(

@@ -9,7 +9,8 @@
 //! Time always comes from the caller (`now_ms` is a script argument, never
 //! Redis `TIME`), so tests move a clock on Redis exactly as on the memory store.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -78,7 +79,14 @@ pub struct RedisStore {
     scripts: Scripts,
     /// Bound on every call, reconnection included (I6).
     timeout: Duration,
+    /// Redis server time minus this host's time, in microseconds, measured
+    /// with `TIME` (`i64::MIN` until measured): what turns a call's local
+    /// deadline into the server time its script checks.
+    clock_offset_us: AtomicI64,
 }
+
+/// The offset is not known yet: scripts then run without a deadline.
+const OFFSET_UNKNOWN: i64 = i64::MIN;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -144,11 +152,57 @@ impl RedisStore {
                 Connection::Cluster(conn)
             }
         };
-        Ok(Self {
+        let store = Self {
             conn,
             scripts: Scripts::new(),
             timeout,
-        })
+            clock_offset_us: AtomicI64::new(OFFSET_UNKNOWN),
+        };
+        if let Err(e) = store.sync_clock().await {
+            tracing::warn!(error = %e, "cannot read the Redis server clock yet; calls carry no deadline until it is read");
+        }
+        Ok(store)
+    }
+
+    /// Measures the Redis server clock against this host's (`TIME`, with
+    /// the round trip halved), so each call can carry a deadline in the
+    /// server's time.
+    pub async fn sync_clock(&self) -> Result<(), StoreError> {
+        let sent = unix_us();
+        let reply: (String, String) = match self.conn.clone() {
+            Connection::Single(mut c) => {
+                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await??
+            }
+            Connection::Cluster(mut c) => {
+                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await??
+            }
+        };
+        let received = unix_us();
+        let server = reply
+            .0
+            .parse::<i64>()
+            .ok()
+            .zip(reply.1.parse::<i64>().ok())
+            .map(|(s, us)| s * 1_000_000 + us)
+            .ok_or_else(|| StoreError::Protocol("TIME: not two integers".into()))?;
+        let offset = server - (sent + received) / 2;
+        let previous = self.clock_offset_us.swap(offset, Ordering::Relaxed);
+        if previous != OFFSET_UNKNOWN && (previous - offset).abs() > 1_000_000 {
+            tracing::warn!(
+                offset_ms = offset / 1000,
+                "the Redis server clock moved against this host's by more than a second"
+            );
+        }
+        Ok(())
+    }
+
+    /// The server time after which a call sent now is of no use to its
+    /// caller (0 when the offset is not known).
+    fn deadline_us(&self) -> i64 {
+        match self.clock_offset_us.load(Ordering::Relaxed) {
+            OFFSET_UNKNOWN => 0,
+            offset => unix_us() + offset + self.timeout.as_micros() as i64,
+        }
     }
 
     /// Runs one script invocation, bounded by the store timeout.
@@ -167,8 +221,10 @@ impl RedisStore {
         bounded(self.timeout, invocation.invoke_async::<Value>(conn)).await?
     }
 
-    /// A room script invocation with the policy and `now` as its leading ARGV.
+    /// A room script invocation with the policy, `now` and the deadline as
+    /// its leading ARGV (see `lua/prelude.lua`).
     fn room_call<'a>(
+        &self,
         script: &'a Script,
         keys: &RoomKeys,
         room: &RoomPolicy,
@@ -188,7 +244,8 @@ impl RedisStore {
             .arg(room.abandon_after_ms)
             .arg(room.arrival_grace_ms)
             .arg(state_name(room.state))
-            .arg(key_ttl_ms(room));
+            .arg(key_ttl_ms(room))
+            .arg(self.deadline_us());
         inv
     }
 }
@@ -208,7 +265,8 @@ async fn bounded<T>(
 /// class only: URLs (and any password in them) never reach logs or pages.
 fn map_error(e: &RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
-    if e.is_timeout() {
+    // The script saw its deadline pass before it started (`lua/prelude.lua`).
+    if e.is_timeout() || e.code() == Some("DEADLINE") {
         return StoreError::Timeout;
     }
     match e.kind() {
@@ -259,6 +317,14 @@ fn key_ttl_ms(room: &RoomPolicy) -> Millis {
     longest.saturating_add(KEY_TTL_MARGIN_MS)
 }
 
+/// Microseconds since the Unix epoch on this host's real clock (not the
+/// injected one: deadlines are compared with Redis's own clock).
+fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 fn protocol(what: &str, v: &Value) -> StoreError {
     StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
 }
@@ -303,6 +369,7 @@ fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
         Some([3, 1]) => Ok(Verdict::Rejected(RejectReason::Closed)),
         Some([3, 2]) => Ok(Verdict::Rejected(RejectReason::QueueFull)),
         Some([3, 3]) => Ok(Verdict::Rejected(RejectReason::OverLimit)),
+        Some([4]) => Ok(Verdict::Ended),
         _ => Err(protocol("verdict", v)),
     }
 }
@@ -316,7 +383,7 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Self::room_call(&self.scripts.arrive, &keys, room, now_ms);
+        let mut inv = self.room_call(&self.scripts.arrive, &keys, room, now_ms);
         inv.arg(visitor.to_hex());
         decode_verdict(&self.run(&inv).await?)
     }
@@ -329,7 +396,7 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Self::room_call(&self.scripts.poll, &keys, room, now_ms);
+        let mut inv = self.room_call(&self.scripts.poll, &keys, room, now_ms);
         inv.arg(visitor.to_hex()).arg(seq);
         decode_verdict(&self.run(&inv).await?)
     }
@@ -342,7 +409,7 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Option<Millis>, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Self::room_call(&self.scripts.check_in, &keys, room, now_ms);
+        let mut inv = self.room_call(&self.scripts.check_in, &keys, room, now_ms);
         inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
         match self.run(&inv).await? {
             Value::Nil => Ok(None),
@@ -357,7 +424,7 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Self::room_call(&self.scripts.release, &keys, room, now_ms);
+        let mut inv = self.room_call(&self.scripts.release, &keys, room, now_ms);
         inv.arg(visitor.to_hex());
         match self.run(&inv).await? {
             Value::Int(0) => Ok(false),
@@ -368,7 +435,7 @@ impl Store for RedisStore {
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let inv = Self::room_call(&self.scripts.stats, &keys, room, now_ms);
+        let inv = self.room_call(&self.scripts.stats, &keys, room, now_ms);
         let reply = self.run(&inv).await?;
         let bad = || protocol("stats", &reply);
         let Value::Array(items) = &reply else {
@@ -404,13 +471,20 @@ impl Store for RedisStore {
         })
     }
 
-    async fn reset(&self, room: &RoomPolicy) -> Result<(), StoreError> {
+    async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
         let keys = RoomKeys::new(&room.room);
         let mut inv = self.scripts.reset.prepare_invoke();
         for key in &keys.0 {
             inv.key(key.as_str());
         }
+        inv.arg(super::next_seq(now_ms, 0)).arg(key_ttl_ms(room));
         self.run(&inv).await.map(|_| ())
+    }
+
+    async fn upkeep(&self) {
+        if let Err(e) = self.sync_clock().await {
+            tracing::debug!(error = %e, "Redis server clock not measured this time");
+        }
     }
 
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {

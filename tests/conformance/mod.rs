@@ -24,17 +24,27 @@ use waitroom::store::{
     RoomTotals, SharedStore, Verdict, VisitorId,
 };
 
+/// Drops a visitor's queue entry behind the store's back, as a store that
+/// lost its data would (room id, visitor).
+pub type Lose = Box<dyn Fn(&str, VisitorId) + Send + Sync>;
+
 /// A backend under test, with whatever keeps it alive.
 pub struct Harness {
     pub store: SharedStore,
     /// Dropped after the case ends, e.g. the handle of a `redis-server` child.
     #[allow(dead_code)] // held, never read: its `Drop` is the point
     pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// The backend's way to lose an entry (I5 cases).
+    pub lose: Lose,
 }
 
 impl Harness {
-    pub fn new(store: SharedStore) -> Self {
-        Self { store, guard: None }
+    pub fn new(store: SharedStore, lose: Lose) -> Self {
+        Self {
+            store,
+            guard: None,
+            lose,
+        }
     }
 }
 
@@ -50,7 +60,8 @@ macro_rules! store_conformance {
             no_queueing_while_there_is_room,
             abandoned_visitors_are_dropped_and_the_queue_moves,
             lost_entries_come_back_at_their_place,
-            reset_room_entries_come_back_ahead_of_newcomers,
+            reset_voids_every_queue_ticket,
+            released_queue_places_stay_ended,
             session_renewal_on_extends,
             session_renewal_off_keeps_expiry,
             check_in_of_unknown_released_or_expired_is_none,
@@ -168,8 +179,11 @@ impl Room<'_> {
     async fn totals(&self) -> RoomTotals {
         self.h.store.totals(&self.p).await.unwrap()
     }
-    async fn reset(&self) {
-        self.h.store.reset(&self.p).await.unwrap()
+    async fn reset(&self, now: Millis) {
+        self.h.store.reset(&self.p, now).await.unwrap()
+    }
+    fn lose(&self, v: VisitorId) {
+        (self.h.lose)(&self.p.room, v)
     }
     /// Arrives `n` new visitors at `now`; each must be queued, at the back.
     async fn queue_up(&self, n: usize, now: Millis) -> Vec<(VisitorId, u64)> {
@@ -220,7 +234,7 @@ pub async fn capacity_holds_under_concurrent_arrivals(h: &Harness) {
             match verdict {
                 Verdict::Admitted { .. } => admitted_ids.push(v),
                 Verdict::Queued(place) => places.push((v, place)),
-                Verdict::Rejected(r) => panic!("nobody is rejected, got {r:?}"),
+                other => panic!("nobody is rejected, got {other:?}"),
             }
         }
     }
@@ -593,8 +607,8 @@ pub async fn lost_entries_come_back_at_their_place(h: &Harness) {
     admitted(r.arrive(holder, T0).await);
     let q = r.queue_up(4, T0 + SECOND).await;
     // Lose the 2nd and 3rd entries.
-    assert!(r.release(q[1].0, T0 + 2 * SECOND).await);
-    assert!(r.release(q[2].0, T0 + 2 * SECOND).await);
+    r.lose(q[1].0);
+    r.lose(q[2].0);
     let newcomer = VisitorId::random();
     let nc = queued(r.arrive(newcomer, T0 + 3 * SECOND).await);
     assert_eq!((nc.position, nc.queue_length), (3, 3));
@@ -614,41 +628,60 @@ pub async fn lost_entries_come_back_at_their_place(h: &Harness) {
     }
 }
 
-/// I5 across a whole-room loss: after `reset`, visitors who keep polling with
-/// their tickets get back their relative order, ahead of newcomers.
-pub async fn reset_room_entries_come_back_ahead_of_newcomers(h: &Harness) {
+/// An operator's reset ends every place: tickets issued before it are void
+/// (`Ended`), even for visitors who keep polling, while newcomers after it
+/// queue from the front. Unlike a store that *lost* its entries (I5).
+pub async fn reset_voids_every_queue_ticket(h: &Harness) {
     let mut p = room("reset");
     p.total_active_users = 1;
     let r = bind(h, p);
     admitted(r.arrive(VisitorId::random(), T0).await);
     let q = r.queue_up(3, T0).await;
-    r.reset().await;
+    r.reset(T0 + SECOND).await;
     assert_eq!(r.stats(T0 + SECOND).await, RoomStats::default());
 
-    // The first to poll finds an empty room: back at the head, and room.
+    // Polling with the old tickets gets nothing back, not even in an empty room.
     let at = T0 + 2 * SECOND;
-    assert_eq!(
-        admitted(r.poll(q[0].0, q[0].1, at).await),
-        at + SESSION + GRACE
-    );
-    let newcomer = VisitorId::random();
-    let nc = queued(r.arrive(newcomer, T0 + 3 * SECOND).await);
-    assert_eq!(nc.position, 1);
+    for (v, seq) in &q {
+        assert_eq!(r.poll(*v, *seq, at).await, Verdict::Ended);
+    }
+    assert_eq!(r.stats(at).await, RoomStats::default());
+    // Newcomers start the room afresh; their tickets live on.
+    let first = VisitorId::random();
+    admitted(r.arrive(first, at).await);
+    let second = queued(r.arrive(VisitorId::random(), at).await);
+    assert_eq!((second.position, second.queue_length), (1, 1));
     assert!(
-        nc.seq > q[2].1,
-        "seqs issued after the loss order after older tickets"
+        second.seq > q[2].1,
+        "seqs after a reset order after every older ticket"
     );
-    let at = T0 + 4 * SECOND;
-    assert_eq!(queued(r.poll(q[2].0, q[2].1, at).await).position, 1);
-    assert_eq!(queued(r.poll(q[1].0, q[1].1, at).await).position, 1);
-    let place = queued(r.poll(newcomer, nc.seq, at).await);
-    assert_eq!((place.position, place.queue_length), (3, 3));
-    assert!(r.release(q[0].0, at).await);
-    admitted(r.poll(q[1].0, q[1].1, at).await);
-    assert!(r.release(q[1].0, at).await);
-    admitted(r.poll(q[2].0, q[2].1, at).await);
-    assert!(r.release(q[2].0, at).await);
-    admitted(r.poll(newcomer, nc.seq, at).await);
+    assert_eq!(r.poll(q[0].0, q[0].1, at).await, Verdict::Ended);
+    assert_eq!(
+        queued(r.poll(VisitorId::random(), second.seq + 1, at).await).position,
+        2
+    );
+}
+
+/// A queue place the operator released stays ended while its ticket could
+/// still poll: the next poll does not put it back.
+pub async fn released_queue_places_stay_ended(h: &Harness) {
+    let mut p = room("released-place");
+    p.total_active_users = 1;
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let q = r.queue_up(3, T0).await;
+    assert!(r.release(q[1].0, T0 + SECOND).await);
+    assert_eq!(
+        r.poll(q[1].0, q[1].1, T0 + 2 * SECOND).await,
+        Verdict::Ended
+    );
+    assert_eq!(r.poll(q[1].0, q[1].1, T0 + ABANDON).await, Verdict::Ended);
+    assert_eq!(
+        queued(r.poll(q[2].0, q[2].1, T0 + 2 * SECOND).await).position,
+        2
+    );
+    assert_eq!(r.stats(T0 + 2 * SECOND).await.queued, 2);
+    assert!(!r.release(q[1].0, T0 + 3 * SECOND).await, "released once");
 }
 
 /// Renewal on: a check-in extends to `now + session_duration`, never
@@ -747,7 +780,7 @@ pub async fn lost_sessions_come_back_at_check_in_but_ended_ones_do_not(h: &Harne
 
     let reset = VisitorId::random();
     admitted(r.arrive(reset, T0).await);
-    h.store.reset(&p).await.unwrap();
+    h.store.reset(&p, T0 + 1).await.unwrap();
     assert_eq!(r.check_in_with(reset, T0 + SESSION, T0 + 2).await, None);
     assert_eq!(
         r.check_in_with(lost, T0 + SESSION, T0 + 2).await,
@@ -1107,7 +1140,7 @@ pub async fn stats_and_totals_report_exact_figures(h: &Harness) {
     assert_eq!((s.active, s.queued, s.admitted_last_minute), (0, 0, 0));
     assert_eq!(s.oldest_admission_ms, None);
     assert_eq!(r.totals().await.abandoned, 1);
-    r.reset().await;
+    r.reset(end).await;
     assert_eq!(r.totals().await, RoomTotals::default());
     assert_eq!(r.stats(end).await, RoomStats::default());
 }
@@ -1168,7 +1201,7 @@ pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
     );
 
     admitted(r.arrive(VisitorId::random(), T0).await);
-    r.reset().await;
+    r.reset(T0).await;
     assert_eq!(r.stats(T0).await, RoomStats::default());
     assert_eq!(store.overrides(&p.room).await.unwrap(), Some(second));
 

@@ -30,11 +30,14 @@ pub fn config(origin: SocketAddr) -> Config {
             trusted_proxies: vec![],
             unmatched: Unmatched::Forward,
             max_connections: 10_000,
+            max_connections_per_ip: 10_000,
             max_header_bytes: 16_384,
             header_read_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(5),
             ip_polls_per_second: 50,
             ip_poll_burst: 200,
+            ip_arrivals_per_second: 1_000_000,
+            ip_arrival_burst: 1_000_000,
             access_log: false,
         },
         store: StoreConfig {
@@ -76,6 +79,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         bypass_paths: vec!["/static/".into()],
         bypass_ips: vec![],
         bypass_header: None,
+        case_insensitive_paths: false,
         state: RoomState::Open,
         events: vec![],
     }
@@ -162,7 +166,7 @@ impl Harness {
 
     /// The daemon's store.
     pub fn store(&self) -> SharedStore {
-        self.daemon.gate().store.clone()
+        self.daemon.gate().store.shared.clone()
     }
 
     /// The policy in force for the first room.

@@ -1,6 +1,6 @@
--- arrive: a visitor without a valid ticket arrives. ARGV[12] = visitor.
+-- arrive: a visitor without a valid ticket arrives. ARGV[13] = visitor.
 -- Returns a verdict: {1, expiry} | {2, seq, position, length} | {3, reason}.
-local visitor = ARGV[12]
+local visitor = ARGV[13]
 
 housekeep()
 promote()

@@ -1,8 +1,8 @@
--- check_in: an admitted visitor checks in. ARGV[12] = visitor,
--- ARGV[13] = the session expiry its ticket carries.
+-- check_in: an admitted visitor checks in. ARGV[13] = visitor,
+-- ARGV[14] = the session expiry its ticket carries.
 -- Returns the session expiry, or nil when the session was ended or expired.
-local visitor = ARGV[12]
-local ticket_expiry = tonumber(ARGV[13])
+local visitor = ARGV[13]
+local ticket_expiry = tonumber(ARGV[14])
 
 housekeep()
 promote()

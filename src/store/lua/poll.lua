@@ -1,7 +1,8 @@
--- poll: a queued visitor polls. ARGV[12] = visitor, ARGV[13] = the seq its
--- ticket carries. Returns a verdict like arrive.
-local visitor = ARGV[12]
-local seq = tonumber(ARGV[13])
+-- poll: a queued visitor polls. ARGV[13] = visitor, ARGV[14] = the seq its
+-- ticket carries. Returns a verdict like arrive, or {4} when the place was
+-- ended (released, or the room reset since the ticket was issued).
+local visitor = ARGV[13]
+local seq = tonumber(ARGV[14])
 
 housekeep()
 promote()
@@ -30,6 +31,11 @@ local function decide()
     if queued then
         touch_poll(visitor)
         return place_of(visitor)
+    end
+    -- An ended place stays ended: released, or issued before a reset.
+    local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
+    if seq <= floor or redis.call('ZSCORE', K_ENDED, visitor) then
+        return { ENDED }
     end
     -- The store lost the entry (flush, failover, expired keys) but the ticket
     -- still holds the visitor's order: put it back where it was (I5). The

@@ -8,16 +8,20 @@
 --   2 queue     ZSET visitor -> seq
 --   3 polls     ZSET visitor -> time of last poll (ms), for abandonment
 --   4 admits    ZSET admission id -> admission time (ms), the rate window
---   5 meta      HASH last_seq, admitted, queued, rejected, abandoned
---   6 ended     ZSET visitor -> expiry of a session that was released,
---               revoked or reset: its ticket must not re-create it
+--   5 meta      HASH last_seq, reset_floor, admitted, queued, rejected,
+--               abandoned
+--   6 ended     ZSET visitor -> until when its ticket is void: a session
+--               released, revoked or reset (until it would have expired),
+--               or a released queue place (for abandon_after)
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 total_active_users (0 = unlimited)   3 new_users_per_minute (0 = unlimited)
 --   4 session_duration_ms   5 session_renewal (1/0)   6 method
 --   7 max_queue_length (0 = unbounded)   8 abandon_after_ms
 --   9 arrival_grace_ms   10 state   11 key TTL (ms)
---   12.. operation arguments
+--   12 deadline: Redis server time (microseconds) after which this call
+--      must do nothing, because its caller has given up on it (0 = none)
+--   13.. operation arguments
 
 local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -33,6 +37,19 @@ local abandon_ms = tonumber(ARGV[8])
 local grace_ms = tonumber(ARGV[9])
 local state = ARGV[10]
 local key_ttl_ms = ARGV[11]
+local deadline_us = tonumber(ARGV[12])
+
+-- A call that waited in a frozen or overloaded Redis past its caller's
+-- timeout must not land later: the caller has already answered the visitor
+-- (by the fail mode), so an admission or queue place made now would be a
+-- ghost holding a slot. TIME is the server's clock; the caller converts its
+-- deadline to it with a measured offset.
+if deadline_us > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
+        return redis.error_reply('DEADLINE the caller gave up on this call')
+    end
+end
 
 -- Must match `RATE_WINDOW_MS`, `SEQ_EPOCH_MS` and `SEQ_PER_MS` in store/mod.rs.
 local RATE_WINDOW_MS = 60000
@@ -46,7 +63,7 @@ local PROMOTE_MAX = 1000
 local ABANDON_MAX = 1000
 
 -- Verdict tags and reject reasons; must match the decoding in redis.rs.
-local ADMITTED, QUEUED, REJECTED = 1, 2, 3
+local ADMITTED, QUEUED, REJECTED, ENDED = 1, 2, 3, 4
 local R_CLOSED, R_QUEUE_FULL, R_OVER_LIMIT = 1, 2, 3
 
 -- Integers above 1e14 would print in exponent form with tostring().

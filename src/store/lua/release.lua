@@ -1,7 +1,7 @@
--- release: ends a visitor's session or queue place. ARGV[12] = visitor.
+-- release: ends a visitor's session or queue place. ARGV[13] = visitor.
 -- Returns 1 if there was one, else 0. The room it frees goes to the queue
 -- in the next operation's promotion, as with every other change.
-local visitor = ARGV[12]
+local visitor = ARGV[13]
 
 housekeep()
 promote()
@@ -14,6 +14,10 @@ if expiry then
 else
     removed = redis.call('ZREM', K_QUEUE, visitor)
     redis.call('ZREM', K_POLLS, visitor)
+    if removed == 1 then
+        -- Remembered as long as its ticket could still poll.
+        redis.call('ZADD', K_ENDED, now + abandon_ms, visitor)
+    end
 end
 touch()
 return removed

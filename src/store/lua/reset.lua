@@ -1,10 +1,19 @@
 -- reset: empties a room. KEYS = every key of the room, as in the prelude.
--- Its sessions are ended (moved to KEYS[6] with their expiry), so their
--- tickets cannot re-create them at check-in; everything else goes.
+-- ARGV[1] = the first seq a reset room may hand out (the caller's
+-- next_seq(now), raised here above the room's last_seq): every queue ticket
+-- at or below it is void. Sessions are ended (moved to KEYS[6] with their
+-- expiry), so their tickets cannot re-create them at check-in; everything
+-- else goes. ARGV[2] = key TTL (ms) for the meta hash that keeps the floor.
 redis.call('ZUNIONSTORE', KEYS[6], 2, KEYS[6], KEYS[1], 'AGGREGATE', 'MAX')
 local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
 if #last == 2 then
     -- The record is useless once the last ended session would have expired.
     redis.call('PEXPIREAT', KEYS[6], last[2])
 end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local last_seq = tonumber(redis.call('HGET', KEYS[5], 'last_seq') or '0')
+local floor = math.max(tonumber(ARGV[1]), last_seq + 1)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local f = string.format('%d', floor)
+redis.call('HSET', KEYS[5], 'last_seq', f, 'reset_floor', f)
+redis.call('PEXPIRE', KEYS[5], ARGV[2])
+return 1

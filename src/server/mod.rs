@@ -1,6 +1,8 @@
-//! Listeners and lifecycle: the visitor and admin listeners, the connection
-//! cap, HTTP/1.1 + HTTP/2 serving, background refresh of room figures, and
-//! graceful drain on shutdown.
+//! Listeners and lifecycle: the visitor and admin listeners, connection
+//! caps (`conn`), HTTP/1.1 + HTTP/2 serving, background refresh of room
+//! figures, and graceful drain on shutdown.
+
+pub mod conn;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,16 +20,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::{Admin, Reloader, Telemetry};
+use crate::admin::{Admin, Reloader};
 use crate::body::Body;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Backend, Config};
-use crate::gate::{Gate, GateError};
+use crate::gate::{Gate, GateError, SharedGate};
 use crate::store::memory::MemoryStore;
 use crate::store::SharedStore;
+use crate::telemetry::Telemetry;
 
 /// How often each instance reads operators' runtime room changes from the
 /// store (so every instance applies a change within a second).
@@ -62,10 +65,6 @@ pub struct Deps {
     pub config_path: Option<PathBuf>,
 }
 
-/// The gate in force; a config reload swaps in a new one while requests in
-/// flight finish on the old.
-pub type SharedGate = Arc<ArcSwap<Gate>>;
-
 /// A running daemon: its bound addresses, and the way to stop it.
 pub struct Daemon {
     pub addr: SocketAddr,
@@ -83,6 +82,12 @@ impl Daemon {
     pub async fn start(config: &Config, deps: Deps) -> Result<Self, StartError> {
         if !config.server.admin_listen.ip().is_loopback() && config.server.admin_token.is_none() {
             return Err(StartError::AdminWithoutToken(config.server.admin_listen));
+        }
+        if config.server.admin_token.is_none() {
+            tracing::warn!(
+                admin = %config.server.admin_listen,
+                "no admin token: the admin API answers only loopback host names and same-origin requests; set server.admin_token_env to require a token"
+            );
         }
         let clock = deps.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let telemetry = Arc::new(Telemetry::default());
@@ -105,6 +110,11 @@ impl Daemon {
         let (stop, stopped) = watch::channel(false);
 
         let limits = Limits::from(config);
+        let visitor_caps = conn::Caps::new(
+            config.server.max_connections,
+            Some(config.server.max_connections_per_ip),
+        );
+        let admin_caps = conn::Caps::new(config.server.max_connections, None);
         let visitor_gates = gates.clone();
         let visitor_service = move |req: Request<Incoming>, peer: SocketAddr| {
             let gate = visitor_gates.load_full();
@@ -139,12 +149,14 @@ impl Daemon {
                 listener,
                 visitor_service,
                 limits.clone(),
+                visitor_caps,
                 stopped.clone(),
             )),
             tokio::spawn(serve(
                 admin_listener,
                 admin_service,
                 limits,
+                admin_caps,
                 stopped.clone(),
             )),
             tokio::spawn(refresh_rooms(gates.clone(), stopped)),
@@ -204,7 +216,7 @@ async fn swap_in(
     let current = gates.load_full();
     let next = Gate::new(
         config,
-        current.store.clone(),
+        current.store.shared.clone(),
         current.clock.clone(),
         telemetry.clone(),
     )?;
@@ -278,7 +290,6 @@ fn local_addr(listener: &TcpListener, configured: SocketAddr) -> SocketAddr {
 /// Per-listener limits from `[server]`.
 #[derive(Clone)]
 struct Limits {
-    max_connections: usize,
     max_header_bytes: usize,
     header_read_timeout: Duration,
     drain_timeout: Duration,
@@ -287,7 +298,6 @@ struct Limits {
 impl From<&Config> for Limits {
     fn from(c: &Config) -> Self {
         Self {
-            max_connections: c.server.max_connections,
             max_header_bytes: c.server.max_header_bytes,
             header_read_timeout: c.server.header_read_timeout,
             drain_timeout: c.server.drain_timeout,
@@ -295,11 +305,14 @@ impl From<&Config> for Limits {
     }
 }
 
-/// Accepts connections until told to stop, then drains them.
+/// Accepts connections until told to stop, then drains them. Connections
+/// over the caps are closed at once; a connection that sends nothing
+/// within `header_read_timeout` is closed.
 async fn serve<S, F>(
     listener: TcpListener,
     service: S,
     limits: Limits,
+    caps: conn::Caps,
     mut stop: watch::Receiver<bool>,
 ) where
     S: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
@@ -317,14 +330,9 @@ async fn serve<S, F>(
         .timer(TokioTimer::new())
         .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut backoff = Duration::from_millis(5);
 
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stop.changed() => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => { backoff = Duration::from_millis(5); a }
@@ -338,22 +346,45 @@ async fn serve<S, F>(
             },
             _ = stop.changed() => break,
         };
+        let admission = match caps.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(why) => {
+                // Closed now rather than left to wait: the client learns at once.
+                tracing::debug!(%peer, ?why, "connection refused at the cap");
+                drop(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let svc = service_fn(move |req| {
             let fut = service(req, peer);
             async move { Ok::<_, Infallible>(fut.await) }
         });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn.into_owned());
+        let first_byte = limits.header_read_timeout;
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // hyper's header timer starts with the first byte; before it the
+            // HTTP version sniffing would wait for ever.
+            if !matches!(
+                tokio::time::timeout(first_byte, stream.readable()).await,
+                Ok(Ok(()))
+            ) {
+                tracing::debug!(%peer, "connection closed: nothing sent");
+                drop(admission);
+                return;
+            }
+            let io = TokioIo::new(conn::HeadWatch::new(stream));
+            let conn = builder.serve_connection_with_upgrades(io, svc);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
-            drop(permit);
+            drop(admission);
         });
     }
     drop(listener);
+    caps.close();
     if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
         .await
         .is_err()

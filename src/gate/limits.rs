@@ -1,12 +1,20 @@
-//! Poll limits: a reload storm cannot hammer the store. Queued polls are
-//! limited per visitor (a burst, then a few per refresh interval) and per
-//! client address (generous: many visitors share one NAT). A limited poll
-//! gets 429 with `Retry-After` and no store call, so the place is kept.
+//! Limits per visitor and per client address, so neither a reload storm nor
+//! a bot can hammer the store:
 //!
-//! The limiters run on the gate's injected clock, so tests move time.
+//! * queued polls, per visitor (a burst, then a few per refresh interval)
+//!   and per client address (generous: many visitors share one NAT); a
+//!   limited poll gets 429 with `Retry-After` and no store call, so the
+//!   place is kept;
+//! * new tickets per client address (`ip_arrival_burst`, then
+//!   `ip_arrivals_per_second`): one address cannot fill a queue with places.
+//!
+//! The limiters run on the gate's injected clock, so tests move time. Idle
+//! entries are forgotten every `SWEEP_EVERY_MS`, so the tables stay as
+//! small as the set of recently active visitors and addresses.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use governor::clock::Clock;
@@ -67,6 +75,15 @@ impl VisitorLimit {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
     }
+
+    /// Visitors currently remembered.
+    pub fn len(&self) -> usize {
+        self.limiter.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The per-client-address limiter, shared by every room.
@@ -95,6 +112,59 @@ impl AddressLimit {
     pub fn forget_idle(&self) {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
+    }
+
+    /// Addresses currently remembered.
+    pub fn len(&self) -> usize {
+        self.limiter.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How often idle limiter entries are forgotten.
+pub const SWEEP_EVERY_MS: u64 = 30_000;
+
+/// The per-address limits the gate keeps for every room.
+pub struct ClientLimits {
+    /// Queued polls per client address.
+    pub polls: AddressLimit,
+    /// New tickets per client address.
+    pub arrivals: AddressLimit,
+    /// When idle entries were last forgotten (clock ms).
+    swept_at: AtomicU64,
+    clock: SharedClock,
+}
+
+impl ClientLimits {
+    pub fn new(polls: AddressLimit, arrivals: AddressLimit, clock: SharedClock) -> Self {
+        Self {
+            polls,
+            arrivals,
+            swept_at: AtomicU64::new(clock.now_ms()),
+            clock,
+        }
+    }
+
+    /// True, once per `SWEEP_EVERY_MS`, for the one caller that should
+    /// sweep now; the claim is a compare-and-swap, so concurrent callers
+    /// never both sweep and the time only moves forward.
+    pub fn sweep_due(&self) -> bool {
+        let now = self.clock.now_ms();
+        let last = self.swept_at.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= SWEEP_EVERY_MS
+            && self
+                .swept_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Forgets idle addresses in both limiters.
+    pub fn forget_idle(&self) {
+        self.polls.forget_idle();
+        self.arrivals.forget_idle();
     }
 }
 
@@ -139,5 +209,27 @@ mod tests {
         assert!(limit.check(ip).is_err());
         clock.advance(Duration::from_millis(100));
         assert!(limit.check(ip).is_ok());
+    }
+
+    #[test]
+    fn idle_entries_are_swept_every_interval_not_just_once() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let shared: SharedClock = Arc::new(clock.clone());
+        let limits = ClientLimits::new(
+            AddressLimit::new(10, 3, shared.clone()),
+            AddressLimit::new(10, 3, shared.clone()),
+            shared,
+        );
+        for round in 0..5u8 {
+            assert!(!limits.sweep_due(), "round {round}: not due yet");
+            let ip = IpAddr::from([10, 0, 0, round]);
+            assert!(limits.arrivals.check(ip).is_ok());
+            assert_eq!(limits.arrivals.len(), 1);
+            clock.advance(Duration::from_millis(SWEEP_EVERY_MS));
+            assert!(limits.sweep_due(), "round {round}: due");
+            assert!(!limits.sweep_due(), "claimed once");
+            limits.forget_idle();
+            assert!(limits.arrivals.is_empty(), "round {round}: swept");
+        }
     }
 }

@@ -66,6 +66,8 @@ pub struct RoomMetrics {
     pub queued: Counter,
     pub rejected: Counter,
     pub revoked: Counter,
+    /// New visitors refused because their address asked for tickets too fast.
+    pub limited: Counter,
     pub decision_latency: Histogram,
 }
 
@@ -124,7 +126,7 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited)",
             m.decisions.clone(),
         );
         registry.register(
@@ -175,6 +177,7 @@ impl Metrics {
             queued: outcome("queued"),
             rejected: outcome("rejected"),
             revoked: outcome("revoked"),
+            limited: outcome("limited"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

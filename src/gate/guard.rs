@@ -1,0 +1,295 @@
+//! Every store call the request path makes goes through one [`StoreGuard`]:
+//! it bounds the call by `store.timeout`, leaves a failed store alone for a
+//! second (a breaker on the injected clock, one probe request per second),
+//! falls back to this instance's own memory store in `fail_mode = "local"`,
+//! counts errors and latency, logs the up/down transitions once, and undoes
+//! decisions that were sent but never answered.
+//!
+//! That last part matters with a frozen Redis: a new visitor's `arrive`
+//! that timed out may still run when Redis thaws. The script refuses to run
+//! past its deadline (`store/lua/prelude.lua`), and for the narrow window
+//! where a script ran just before its deadline but the answer came too late,
+//! the visitor id (never handed to anyone) is released once the store is
+//! back, so no ghost session or queue place outlives the outage.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::clock::{Millis, SharedClock};
+use crate::config::{Config, FailMode};
+use crate::store::memory::MemoryStore;
+use crate::store::{RoomPolicy, SharedStore, Store, StoreError, Verdict, VisitorId};
+use crate::telemetry::Telemetry;
+
+use super::rooms::Room;
+
+/// How long the store is left alone after a failure before one request
+/// probes it again, so a frozen store does not cost every request the
+/// whole timeout.
+const RETRY_AFTER_FAILURE_MS: Millis = 1000;
+
+/// Most orphaned decisions remembered for release; beyond it the oldest are
+/// dropped (their sessions then end by expiry).
+const MAX_ORPHANS: usize = 100_000;
+
+/// Orphans released per upkeep round.
+const ORPHANS_PER_ROUND: usize = 1000;
+
+/// The store as the request path sees it.
+pub struct StoreGuard {
+    /// The store every instance shares (memory or Redis).
+    pub shared: SharedStore,
+    /// This instance's own store for `fail_mode = "local"`.
+    local: Option<Arc<MemoryStore>>,
+    /// Instances sharing the store: the local share is 1/instances.
+    instances: u64,
+    timeout: Duration,
+    clock: SharedClock,
+    telemetry: Arc<Telemetry>,
+    /// Whether the last shared call failed; logs transitions once.
+    down: AtomicBool,
+    /// While the store is down: when (clock ms) to let one probe through.
+    retry_at_ms: AtomicU64,
+    /// New visitors whose `arrive` was sent but not answered in time.
+    orphans: Mutex<Vec<(Arc<RoomPolicy>, VisitorId)>>,
+}
+
+impl StoreGuard {
+    pub fn new(
+        config: &Config,
+        shared: SharedStore,
+        clock: SharedClock,
+        telemetry: Arc<Telemetry>,
+    ) -> Self {
+        Self {
+            shared,
+            local: (config.store.fail_mode == FailMode::Local)
+                .then(|| Arc::new(MemoryStore::new())),
+            instances: config.store.instances.max(1),
+            timeout: config.store.timeout,
+            clock,
+            telemetry,
+            down: AtomicBool::new(false),
+            retry_at_ms: AtomicU64::new(0),
+            orphans: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new visitor arrives: `arrive` on the shared store, or, when that
+    /// fails and the fail mode is `local`, on this instance's own store
+    /// (with a fresh id, so the orphan's release cannot touch it).
+    pub async fn arrive(
+        &self,
+        room: &Room,
+        now: Millis,
+    ) -> Result<(VisitorId, Verdict), StoreError> {
+        let policy = room.policy();
+        let visitor = VisitorId::random();
+        let shared = self
+            .timed(room, self.shared.arrive(&policy, visitor, now))
+            .await;
+        match shared {
+            Ok(verdict) => Ok((visitor, verdict)),
+            Err(e) => {
+                if !matches!(e, StoreError::Down) {
+                    self.orphan(policy, visitor);
+                }
+                match self.local_policy(room) {
+                    Some((local, policy)) => {
+                        let visitor = VisitorId::random();
+                        let verdict = local.arrive(&policy, visitor, now).await?;
+                        Ok((visitor, verdict))
+                    }
+                    None => Err(e),
+                }
+            }
+        }
+    }
+
+    /// A queued visitor polls, with the same fallback as `arrive`.
+    pub async fn poll(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        seq: u64,
+        now: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let policy = room.policy();
+        match self
+            .timed(room, self.shared.poll(&policy, visitor, seq, now))
+            .await
+        {
+            Err(e) => match self.local_policy(room) {
+                Some((local, policy)) => local.poll(&policy, visitor, seq, now).await,
+                None => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
+    /// An admitted visitor checks in, with the same fallback as `arrive`.
+    pub async fn check_in(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Result<Option<Millis>, StoreError> {
+        let policy = room.policy();
+        match self
+            .timed(
+                room,
+                self.shared.check_in(&policy, visitor, ticket_expires, now),
+            )
+            .await
+        {
+            Err(e) => match self.local_policy(room) {
+                Some((local, policy)) => {
+                    local.check_in(&policy, visitor, ticket_expires, now).await
+                }
+                None => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
+    /// Runs any other call on the shared store, bounded and skipped while
+    /// the store is known to be down.
+    pub async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if !self.may_call() {
+            return Err(StoreError::Down);
+        }
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout),
+        };
+        self.record(&result);
+        result
+    }
+
+    /// Whether the shared store answered the last call.
+    pub fn is_up(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+
+    /// Releases visitors whose `arrive` may have landed after its caller gave
+    /// up (called off the request path while the store is up).
+    pub async fn release_orphans(&self) {
+        if !self.is_up() {
+            return;
+        }
+        let batch: Vec<_> = {
+            let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = orphans.len().min(ORPHANS_PER_ROUND);
+            orphans.drain(..n).collect()
+        };
+        let mut released = 0u64;
+        for (i, (policy, visitor)) in batch.iter().enumerate() {
+            let now = self.clock.now_ms();
+            match self.call(self.shared.release(policy, *visitor, now)).await {
+                Ok(true) => released += 1,
+                Ok(false) => {}
+                Err(_) => {
+                    // Still down: keep the rest for the next round.
+                    let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+                    orphans.extend(batch[i..].iter().cloned());
+                    break;
+                }
+            }
+        }
+        if released > 0 {
+            tracing::info!(
+                released,
+                "released sessions and queue places of decisions that timed out"
+            );
+        }
+    }
+
+    /// Orphans waiting for release (for tests and metrics).
+    pub fn orphans(&self) -> usize {
+        self.orphans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn orphan(&self, policy: Arc<RoomPolicy>, visitor: VisitorId) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+        if orphans.len() >= MAX_ORPHANS {
+            orphans.remove(0);
+        }
+        orphans.push((policy, visitor));
+    }
+
+    /// A decision on the shared store, with its latency recorded.
+    async fn timed<T>(
+        &self,
+        room: &Room,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = self.call(call).await;
+        if !matches!(result, Err(StoreError::Down)) {
+            room.metrics
+                .decision_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
+        result
+    }
+
+    /// This instance's own store and its share of the room's limits (every
+    /// limit divided by the number of instances, rounded up).
+    fn local_policy(&self, room: &Room) -> Option<(&MemoryStore, RoomPolicy)> {
+        let local = self.local.as_deref()?;
+        let mut policy = (*room.policy()).clone();
+        let share = |limit: u64| limit.div_ceil(self.instances);
+        policy.total_active_users = share(policy.total_active_users);
+        policy.new_users_per_minute = share(policy.new_users_per_minute);
+        Some((local, policy))
+    }
+
+    /// False while the store is down and the next probe is not yet due;
+    /// exactly one caller gets to probe.
+    fn may_call(&self) -> bool {
+        let retry_at = self.retry_at_ms.load(Ordering::Relaxed);
+        if retry_at == 0 {
+            return true;
+        }
+        let now = self.clock.now_ms();
+        now >= retry_at
+            && self
+                .retry_at_ms
+                .compare_exchange(
+                    retry_at,
+                    now + RETRY_AFTER_FAILURE_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    fn record<T>(&self, result: &Result<T, StoreError>) {
+        let failed = result.is_err();
+        let retry_at = if failed {
+            (self.clock.now_ms() + RETRY_AFTER_FAILURE_MS).max(1)
+        } else {
+            0
+        };
+        self.retry_at_ms.store(retry_at, Ordering::Relaxed);
+        if failed {
+            self.telemetry.metrics.store_error();
+        }
+        if self.down.swap(failed, Ordering::Relaxed) != failed {
+            self.telemetry.metrics.set_store_up(!failed);
+            match result {
+                Err(e) => tracing::error!(error = %e, "store unavailable"),
+                Ok(_) => tracing::info!("store available again"),
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Building the daemon's own responses: HTML pages, JSON, plain text, the
+//! message page, and the headers they share (`Cache-Control: no-store`,
+//! `Retry-After`, `Set-Cookie`). Used by the gate and the admin listener;
+//! no response body ever carries an internal error.
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::body::{full, Body};
+use crate::queue_page::{self, Message};
+
+pub fn html(status: StatusCode, page: String) -> Response<Body> {
+    let mut resp = Response::new(full(page));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+pub fn json<T: serde::Serialize>(
+    status: StatusCode,
+    value: &T,
+    cookie: Option<String>,
+) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(c) = cookie {
+        push_cookie(h, c);
+    }
+    resp
+}
+
+pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// The daemon's message page (not found, sold out, slow down, …), which
+/// reloads itself after `refresh_seconds` when that is not 0.
+pub fn message(
+    status: StatusCode,
+    title: &str,
+    text: &str,
+    refresh_seconds: u64,
+) -> Response<Body> {
+    let mut resp = html(
+        status,
+        queue_page::render_message(&Message {
+            title,
+            text,
+            refresh_seconds,
+        }),
+    );
+    if refresh_seconds > 0 {
+        retry_after(&mut resp, refresh_seconds);
+    }
+    resp
+}
+
+/// 404 for what the daemon does not serve.
+pub fn not_found() -> Response<Body> {
+    message(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is nothing here.",
+        0,
+    )
+}
+
+/// 400 for a request that cannot be handled safely. The reason is one of a
+/// few fixed sentences, never the request's own bytes.
+pub fn bad_request(reason: &str) -> Response<Body> {
+    let mut resp = message(StatusCode::BAD_REQUEST, "Bad request", reason, 0);
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+pub fn retry_after(resp: &mut Response<Body>, seconds: u64) {
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+}
+
+pub fn push_cookie(headers: &mut HeaderMap, cookie: String) {
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        headers.append(header::SET_COOKIE, v);
+    }
+}

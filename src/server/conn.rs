@@ -1,0 +1,293 @@
+//! Connection hygiene for the listeners: who may open a connection, and how
+//! long a connection may stay silent.
+//!
+//! * Caps refuse at once: over `server.max_connections` in all, or over
+//!   `server.max_connections_per_ip` from one address, a new connection is
+//!   accepted and closed straight away, never left waiting in the backlog
+//!   where it would hold real visitors up.
+//! * A connection that sends no complete request head within
+//!   `header_read_timeout` is closed, the first byte included (hyper's own
+//!   timer only starts with the first byte; before it, the HTTP version
+//!   sniffing would wait forever).
+//! * An overlong request line is answered 414, not 431: [`HeadWatch`] tells
+//!   hyper's "head too large" apart when no line end was read yet.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Open connections by client address.
+type OpenByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// The connection caps of one listener.
+#[derive(Clone)]
+pub struct Caps {
+    total: Arc<Semaphore>,
+    /// Open connections by client address; `None` for listeners where every
+    /// peer is the same (the admin listener on loopback).
+    per_ip: Option<(usize, OpenByAddress)>,
+}
+
+/// A connection's place under the caps; dropping it frees the place.
+pub struct Admission {
+    _total: OwnedSemaphorePermit,
+    per_ip: Option<(IpAddr, OpenByAddress)>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if let Some((ip, map)) = &self.per_ip {
+            let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = map.get_mut(ip) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(ip);
+                }
+            }
+        }
+    }
+}
+
+/// Why a connection was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `max_connections` are open.
+    Total,
+    /// `max_connections_per_ip` are open from this address.
+    PerAddress,
+}
+
+impl Caps {
+    pub fn new(total: usize, per_ip: Option<usize>) -> Self {
+        Self {
+            total: Arc::new(Semaphore::new(total)),
+            per_ip: per_ip.map(|n| (n, Arc::new(Mutex::new(HashMap::new())))),
+        }
+    }
+
+    /// A place for a connection from `ip`, or why there is none.
+    pub fn admit(&self, ip: IpAddr) -> Result<Admission, Refused> {
+        let total = self
+            .total
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refused::Total)?;
+        let per_ip = match &self.per_ip {
+            None => None,
+            Some((limit, map)) => {
+                let mut open = map.lock().unwrap_or_else(PoisonError::into_inner);
+                let n = open.entry(ip).or_insert(0);
+                if *n >= *limit {
+                    if *n == 0 {
+                        open.remove(&ip);
+                    }
+                    return Err(Refused::PerAddress);
+                }
+                *n += 1;
+                Some((ip, map.clone()))
+            }
+        };
+        Ok(Admission {
+            _total: total,
+            per_ip,
+        })
+    }
+
+    /// Closes the listener's semaphore so a stopped accept loop wakes.
+    pub fn close(&self) {
+        self.total.close();
+    }
+}
+
+/// hyper's answer to a head that outgrew the read buffer.
+const TOO_LARGE: &[u8] = b"HTTP/1.1 431 ";
+/// Ours when the head was one unterminated line.
+const URI_TOO_LONG: &[u8] = b"HTTP/1.1 414 URI Too Long";
+
+/// A client connection's IO, watched for one thing: whether a line end has
+/// been read since the last response began. When hyper refuses a head as
+/// too large and none was, the head was a single overlong request line,
+/// and the status line is rewritten to 414.
+pub struct HeadWatch<T> {
+    io: T,
+    /// A `\n` was read since the last response started.
+    line_ended: bool,
+    /// A rewritten response being written: bytes, how many went out, and
+    /// how many of the caller's bytes it stands for.
+    rewrite: Option<(Vec<u8>, usize, usize)>,
+}
+
+impl<T> HeadWatch<T> {
+    pub fn new(io: T) -> Self {
+        Self {
+            io,
+            line_ended: false,
+            rewrite: None,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for HeadWatch<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if !self.line_ended && buf.filled()[before..].contains(&b'\n') {
+            self.line_ended = true;
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> HeadWatch<T> {
+    /// Starts a rewrite of `first` (the response's first bytes) if it is
+    /// hyper's 431 for a head that never ended a line.
+    fn start_rewrite(&mut self, first: &[u8], all: impl FnOnce() -> Vec<u8>) {
+        if first.starts_with(b"HTTP/1.") {
+            let overlong_line = !self.line_ended && first.starts_with(TOO_LARGE);
+            self.line_ended = false;
+            if overlong_line {
+                let original = all();
+                let line_end = original
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .unwrap_or(original.len());
+                let mut bytes = URI_TOO_LONG.to_vec();
+                bytes.extend_from_slice(&original[line_end..]);
+                self.rewrite = Some((bytes, 0, original.len()));
+            }
+        }
+    }
+
+    /// Writes out a pending rewrite; `Ready(n)` once all of it is out.
+    fn poll_rewrite(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        while let Some((bytes, written, stands_for)) = &mut self.rewrite {
+            if *written == bytes.len() {
+                let n = *stands_for;
+                self.rewrite = None;
+                return Poll::Ready(Ok(n));
+            }
+            match Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => *written += n,
+                other => return other,
+            }
+        }
+        Poll::Ready(Ok(0))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for HeadWatch<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if this.rewrite.is_none() {
+            this.start_rewrite(buf, || buf.to_vec());
+        }
+        if this.rewrite.is_some() {
+            return this.poll_rewrite(cx);
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if this.rewrite.is_none() {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            this.start_rewrite(first, || {
+                bufs.iter().flat_map(|b| b.iter().copied()).collect()
+            });
+        }
+        if this.rewrite.is_some() {
+            return this.poll_rewrite(cx);
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn caps_refuse_over_the_total_and_per_address() {
+        let caps = Caps::new(3, Some(2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = caps.admit(a).unwrap();
+        let _a2 = caps.admit(a).unwrap();
+        assert_eq!(caps.admit(a).err(), Some(Refused::PerAddress));
+        let _b1 = caps.admit(b).unwrap();
+        assert_eq!(caps.admit(b).err(), Some(Refused::Total));
+        drop(a1);
+        let _b2 = caps.admit(b).unwrap();
+        assert_eq!(caps.admit(b).err(), Some(Refused::Total));
+    }
+
+    async fn exchange(request: &[u8], response: &[u8]) -> Vec<u8> {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let mut watched = HeadWatch::new(server);
+        let (mut client_r, mut client_w) = tokio::io::split(client);
+        client_w.write_all(request).await.unwrap();
+        let mut buf = vec![0u8; request.len()];
+        watched.read_exact(&mut buf).await.unwrap();
+        watched.write_all(response).await.unwrap();
+        drop(watched);
+        let mut out = Vec::new();
+        client_r.read_to_end(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_without_a_line_end_is_a_long_uri() {
+        let refusal = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n";
+        let long_line = format!("GET /{} HTTP/1.1", "a".repeat(1000));
+        let out = exchange(long_line.as_bytes(), refusal).await;
+        assert!(
+            out.starts_with(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+
+        let big_header = format!("GET / HTTP/1.1\r\nCookie: {}", "a".repeat(1000));
+        let out = exchange(big_header.as_bytes(), refusal).await;
+        assert_eq!(out, refusal, "a long header line stays 431");
+
+        let fine = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(exchange(b"GET", fine).await, fine);
+    }
+}

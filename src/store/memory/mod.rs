@@ -1,0 +1,464 @@
+//! The embedded, single-instance store: every operation one critical section.
+//!
+//! Each room lives behind its own `std::sync::Mutex`; an operation takes the
+//! lock, does housekeeping, promotion and its decision, and lets go. Nothing
+//! is awaited while a lock is held, so the async trait methods never block a
+//! runtime thread for longer than one decision.
+//!
+//! Per room the store keeps:
+//!
+//! * sessions: a map visitor -> expiry, plus the same pairs ordered by expiry
+//!   so expiring is amortised O(log n) instead of a scan;
+//! * the rate window: admission times, run-length encoded per millisecond so
+//!   an unlimited room admitting thousands per second stays small;
+//! * the queue: an order-statistics tree (a treap with subtree sizes) keyed by
+//!   `(seq, visitor)`, so a position is O(log n) even for a million waiters
+//!   and a `seq` put back from a ticket (I5) may land anywhere; the same
+//!   entries are threaded on a list by last poll, so a poll is O(1) and
+//!   abandonment pops from the old end; plus a map visitor -> entry.
+//!
+//! Choices the `Store` contract leaves open (the Redis backend should make
+//! the same ones; the conformance suite pins those it can observe):
+//!
+//! * `passthrough` never promotes in bulk: a queued visitor left over from
+//!   another method is admitted when it next polls.
+//! * `reject` and `passthrough` ignore `paused` / `queue_all` (they have no
+//!   queue to hold visitors in); `closed` rejects arrivals for every method.
+//! * A renewal never shortens a session: a promoted visitor's grace survives
+//!   an early check-in.
+//! * `abandon_after_ms == 0` disables abandonment.
+//! * Putting an entry back from a ticket does not count as an enqueue in the
+//!   totals (the visitor was counted when it first queued).
+//! * `totals.rejected` counts arrivals turned away, not polls told `closed`.
+
+mod queue;
+mod sessions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use async_trait::async_trait;
+use rand::Rng;
+
+use super::{
+    next_seq, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
+    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+};
+use crate::clock::Millis;
+use queue::{Idx, Queue};
+use sessions::{RateWindow, Sessions};
+
+/// Above this many slots, a table that empties is given back to the
+/// allocator (below it, keeping it saves reallocating for the next visitor).
+pub(crate) const SPIKE: usize = 4096;
+
+/// The in-process store. Cheap to share behind an `Arc`.
+#[derive(Default)]
+pub struct MemoryStore {
+    /// Rooms are created on first use and never dropped: their number is
+    /// bounded by the configuration, and dropping one could lose an operation
+    /// that raced with the drop.
+    rooms: RwLock<HashMap<Arc<str>, Arc<Mutex<Room>>>>,
+    /// Operators' runtime changes, by room id.
+    overrides: Mutex<HashMap<String, RoomOverrides>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drops a visitor's queue entry without remembering it, as a store
+    /// that lost its data would: the conformance suite's way to prove that
+    /// tickets put lost entries back (I5). Not used by the daemon.
+    pub fn lose_queue_entry(&self, room: &RoomPolicy, visitor: VisitorId) -> bool {
+        self.with_room(room, |r| match r.queue.find(&visitor) {
+            Some(node) => {
+                r.queue.remove(node);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn room(&self, id: &Arc<str>) -> Arc<Mutex<Room>> {
+        // The map's own critical sections cannot leave it half-updated, so a
+        // poisoned lock is safe to keep using.
+        if let Some(room) = self
+            .rooms
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+        {
+            return Arc::clone(room);
+        }
+        let mut rooms = self.rooms.write().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(
+            rooms
+                .entry(Arc::clone(id))
+                .or_insert_with(|| Arc::new(Mutex::new(Room::new()))),
+        )
+    }
+
+    /// Runs `f` as one critical section on the room's state.
+    fn with_room<R>(&self, policy: &RoomPolicy, f: impl FnOnce(&mut Room) -> R) -> R {
+        let room = self.room(&policy.room);
+        let mut guard = lock_room(&room, &policy.room);
+        f(&mut guard)
+    }
+}
+
+/// Locks a room. A panic inside a critical section may have left the room's
+/// indexes disagreeing with each other, so a poisoned room is emptied (queued
+/// visitors come back from their tickets, I5) rather than trusted.
+fn lock_room<'a>(room: &'a Mutex<Room>, id: &str) -> MutexGuard<'a, Room> {
+    match room.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => {
+            let mut guard = poisoned.into_inner();
+            let totals = guard.totals;
+            *guard = Room::new();
+            guard.totals = totals;
+            room.clear_poison();
+            tracing::error!(room = id, "room state was poisoned by a panic; emptied it");
+            guard
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn arrive(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        Ok(self.with_room(room, |r| r.arrive(room, visitor, now_ms)))
+    }
+
+    async fn poll(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        Ok(self.with_room(room, |r| r.poll(room, visitor, seq, now_ms)))
+    }
+
+    async fn check_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Option<Millis>, StoreError> {
+        Ok(self.with_room(room, |r| {
+            r.check_in(room, visitor, ticket_expires_ms, now_ms)
+        }))
+    }
+
+    async fn release(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_room(room, |r| r.release(room, visitor, now_ms)))
+    }
+
+    async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
+        Ok(self.with_room(room, |r| r.stats(room, now_ms)))
+    }
+
+    async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
+        let existing = self
+            .rooms
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&room.room)
+            .cloned();
+        Ok(match existing {
+            Some(r) => lock_room(&r, &room.room).totals,
+            None => RoomTotals::default(),
+        })
+    }
+
+    async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
+        self.with_room(room, |r| {
+            // Sessions ended by the reset must not come back at check-in,
+            // nor queue places from their tickets.
+            let mut ended = std::mem::take(&mut r.ended);
+            for (visitor, expires) in r.sessions.expiry.drain() {
+                ended.set(visitor, expires);
+            }
+            let floor = next_seq(now_ms, r.last_seq);
+            *r = Room::new();
+            r.ended = ended;
+            r.last_seq = floor;
+            r.reset_floor = floor;
+        });
+        Ok(())
+    }
+
+    async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+        let all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(all.get(room).cloned())
+    }
+
+    async fn set_overrides(
+        &self,
+        room: &str,
+        overrides: Option<&RoomOverrides>,
+    ) -> Result<(), StoreError> {
+        let mut all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match overrides {
+            Some(o) => all.insert(room.to_owned(), o.clone()),
+            None => all.remove(room),
+        };
+        Ok(())
+    }
+}
+
+/// One room's whole state.
+struct Room {
+    sessions: Sessions,
+    /// Sessions released, revoked or reset, kept until they would have
+    /// expired so that a check-in with their ticket is refused (and not
+    /// mistaken for a session the store lost); and released queue places,
+    /// kept for `abandon_after` so that a poll cannot put them back.
+    ended: Sessions,
+    window: RateWindow,
+    queue: Queue,
+    /// The last `seq` handed out or put back (see `next_seq`).
+    last_seq: u64,
+    /// Queue tickets with a `seq` at or below this were issued before the
+    /// last reset: they are void.
+    reset_floor: u64,
+    totals: RoomTotals,
+}
+
+impl Room {
+    fn new() -> Self {
+        Self {
+            sessions: Sessions::default(),
+            ended: Sessions::default(),
+            window: RateWindow::default(),
+            queue: Queue::new(),
+            last_seq: 0,
+            reset_floor: 0,
+            totals: RoomTotals::default(),
+        }
+    }
+
+    /// Expiry, rate-window pruning, abandonment, then promotion: what every
+    /// operation does before deciding.
+    fn housekeeping(&mut self, p: &RoomPolicy, now: Millis) {
+        self.sessions.expire(now);
+        self.ended.expire(now);
+        self.window.prune(now);
+        if p.abandon_after_ms > 0 {
+            let dropped = self
+                .queue
+                .drop_polled_before(now.saturating_sub(p.abandon_after_ms));
+            self.totals.abandoned += dropped;
+        }
+        self.promote(p, now);
+    }
+
+    fn has_room(&self, p: &RoomPolicy) -> bool {
+        (p.total_active_users == 0 || self.sessions.len() < p.total_active_users)
+            && (p.new_users_per_minute == 0 || self.window.count() < p.new_users_per_minute)
+    }
+
+    fn promote(&mut self, p: &RoomPolicy, now: Millis) {
+        if !matches!(p.state, RoomState::Open | RoomState::QueueAll)
+            || p.method == QueueingMethod::Passthrough
+        {
+            return;
+        }
+        let expires = now + p.session_duration_ms + p.arrival_grace_ms;
+        while self.queue.len() > 0 && self.has_room(p) {
+            let node = match p.method {
+                QueueingMethod::Random => {
+                    let k = rand::thread_rng().gen_range(0..self.queue.len());
+                    self.queue.entries.select(k)
+                }
+                _ => self.queue.entries.select(0),
+            };
+            let visitor = self.queue.remove(node);
+            self.admit(visitor, expires, now);
+        }
+    }
+
+    fn admit(&mut self, visitor: VisitorId, expires: Millis, now: Millis) -> Verdict {
+        self.sessions.set(visitor, expires);
+        self.window.record(now);
+        self.totals.admitted += 1;
+        Verdict::Admitted {
+            session_expires_ms: expires,
+        }
+    }
+
+    fn queued(&self, node: Idx) -> Verdict {
+        Verdict::Queued(self.queue.place(node))
+    }
+
+    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> Verdict {
+        self.housekeeping(p, now);
+        if let Some(expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        if p.state == RoomState::Closed {
+            self.totals.rejected += 1;
+            return Verdict::Rejected(RejectReason::Closed);
+        }
+        if let Some(node) = self.queue.find(&visitor) {
+            return self.queued(node);
+        }
+        let fresh_session = now + p.session_duration_ms;
+        // passthrough and reject keep no queue of their own, but in `paused`
+        // and `queue_all` newcomers wait in line like everyone else.
+        let open = p.state == RoomState::Open;
+        match p.method {
+            QueueingMethod::Passthrough if open => self.admit(visitor, fresh_session, now),
+            QueueingMethod::Reject if open => {
+                if self.has_room(p) {
+                    self.admit(visitor, fresh_session, now)
+                } else {
+                    self.totals.rejected += 1;
+                    Verdict::Rejected(RejectReason::OverLimit)
+                }
+            }
+            _ => {
+                // Promotion has just run, so a non-empty queue means there is
+                // no room; the explicit check keeps newcomers behind it even
+                // in states that do not promote.
+                if open && self.queue.len() == 0 && self.has_room(p) {
+                    return self.admit(visitor, fresh_session, now);
+                }
+                if p.max_queue_length > 0 && self.queue.len() >= p.max_queue_length {
+                    self.totals.rejected += 1;
+                    return Verdict::Rejected(RejectReason::QueueFull);
+                }
+                let seq = next_seq(now, self.last_seq);
+                self.last_seq = seq;
+                let node = self.queue.insert(seq, visitor, now);
+                self.totals.queued += 1;
+                self.queued(node)
+            }
+        }
+    }
+
+    fn poll(&mut self, p: &RoomPolicy, visitor: VisitorId, seq: u64, now: Millis) -> Verdict {
+        self.housekeeping(p, now);
+        if let Some(expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        let existing = self.queue.find(&visitor);
+        if p.state == RoomState::Closed {
+            if let Some(node) = existing {
+                // Keep the place: an operator who reopens the room should
+                // find the queue as it was.
+                self.queue.touch(node, now);
+            }
+            return Verdict::Rejected(RejectReason::Closed);
+        }
+        // No limits to wait for, unless the room is paused.
+        if p.method == QueueingMethod::Passthrough && p.state != RoomState::Paused {
+            if let Some(node) = existing {
+                self.queue.remove(node);
+            }
+            return self.admit(visitor, now + p.session_duration_ms, now);
+        }
+        if let Some(node) = existing {
+            self.queue.touch(node, now);
+            return self.queued(node);
+        }
+        if seq <= self.reset_floor || self.ended.get(&visitor).is_some() {
+            return Verdict::Ended;
+        }
+        // I5: the store lost this visitor; its ticket says where it stood.
+        self.last_seq = self.last_seq.max(seq);
+        self.queue.insert(seq, visitor, now);
+        self.promote(p, now);
+        if let Some(expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        match self.queue.find(&visitor) {
+            Some(node) => self.queued(node),
+            // Promotion either admitted the visitor or left it queued, so
+            // this arm is not taken; it answers "at the back" rather than
+            // panicking on a visitor's request.
+            None => Verdict::Queued(QueuePlace {
+                seq,
+                position: self.queue.len() + 1,
+                queue_length: self.queue.len(),
+            }),
+        }
+    }
+
+    fn check_in(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Option<Millis> {
+        self.housekeeping(p, now);
+        let expires = match self.sessions.get(&visitor) {
+            Some(expires) => expires,
+            None if self.ended.get(&visitor).is_some() || ticket_expires <= now => return None,
+            // The store lost a live session (restart without persistence):
+            // the ticket proves the admission, so count it again.
+            None => ticket_expires,
+        };
+        let renewed = if p.session_renewal {
+            expires.max(now + p.session_duration_ms)
+        } else {
+            expires
+        };
+        self.sessions.set(visitor, renewed);
+        Some(renewed)
+    }
+
+    fn release(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> bool {
+        self.housekeeping(p, now);
+        if let Some(expires) = self.sessions.get(&visitor) {
+            self.sessions.remove(&visitor);
+            self.ended.set(visitor, expires);
+            return true;
+        }
+        match self.queue.find(&visitor) {
+            Some(node) => {
+                self.queue.remove(node);
+                self.ended.set(visitor, now + p.abandon_after_ms);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn stats(&mut self, p: &RoomPolicy, now: Millis) -> RoomStats {
+        self.housekeeping(p, now);
+        RoomStats {
+            active: self.sessions.len(),
+            queued: self.queue.len(),
+            admitted_last_minute: self.window.count(),
+            oldest_admission_ms: self.window.oldest(),
+        }
+    }
+}
