@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,6 +164,21 @@ async fn bad_changes_are_refused_with_the_field_named() {
         (json!({"total_active_users": 0}), "total_active_users"),
         (json!({"session_duration": "soon"}), "session_duration"),
         (json!({"state": "sleeping"}), "sleeping"),
+        // Runtime changes are held to the config file's bounds.
+        (json!({"session_duration": "500000000y"}), "from 1s to 365d"),
+        (
+            json!({"session_duration": "18446744073709551615s"}),
+            "session_duration",
+        ),
+        (json!({"session_duration": "0s"}), "session_duration"),
+        (
+            json!({"total_active_users": 1_000_000_000_000u64}),
+            "at most 1000000000",
+        ),
+        (
+            json!({"new_users_per_minute": 1_000_000_001u64}),
+            "at most 1000000000",
+        ),
     ] {
         let resp = patch(&h, body).await;
         assert_eq!(resp.status(), 400);
@@ -437,4 +453,129 @@ async fn shutdown_drains_in_flight_requests_then_refuses_connections() {
         "no longer accepting"
     );
     drop(origin);
+}
+
+/// An admin request as a browser would send it, as raw bytes.
+async fn raw_admin(addr: SocketAddr, head: &str) -> support::raw::RawResponse {
+    let request = format!("{head}Connection: close\r\n\r\n");
+    support::raw::exchange(addr, request.as_bytes()).await
+}
+
+#[tokio::test]
+async fn without_a_token_only_loopback_names_and_same_origin_requests_are_answered() {
+    let h = Harness::start(|c| c.rooms[0].total_active_users = 1).await;
+    let addr = h.daemon.admin_addr;
+    let port = addr.port();
+    assert!(from_origin(
+        &h.visitor().get(h.url("/")).send().await.unwrap()
+    ));
+    let active = |h: &Harness| {
+        let store = h.store();
+        let policy = h.policy();
+        let now = h.clock_now();
+        async move { store.stats(&policy, now).await.unwrap().active }
+    };
+
+    // DNS rebinding: a foreign name resolved to 127.0.0.1.
+    for host in [
+        "evil.example",
+        "evil.example:9090",
+        "localhost.evil.example",
+    ] {
+        let resp = raw_admin(
+            addr,
+            &format!("GET /api/rooms HTTP/1.1\r\nHost: {host}\r\n"),
+        )
+        .await;
+        assert_eq!(resp.status, 403, "{host}: {resp:?}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "[::1]".into(),
+    ] {
+        let resp = raw_admin(
+            addr,
+            &format!("GET /api/rooms HTTP/1.1\r\nHost: {host}\r\n"),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{host}: {resp:?}");
+    }
+    // A web page posting across sites, with or without a body.
+    for extra in [
+        "Origin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n",
+        "Origin: null\r\nContent-Length: 0\r\n",
+        &format!(
+            "Origin: http://127.0.0.1:{}\r\nContent-Length: 0\r\n",
+            port + 1
+        ),
+    ] {
+        let resp = raw_admin(
+            addr,
+            &format!("POST /api/rooms/shop/reset HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}"),
+        )
+        .await;
+        assert_eq!(resp.status, 403, "{extra}: {resp:?}");
+    }
+    assert_eq!(active(&h).await, 1, "the room was not reset");
+    // A form cannot send JSON: a text/plain body is refused.
+    let body = r#"{"state":"paused"}"#;
+    let request = format!(
+        "PATCH /api/rooms/shop HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let resp = support::raw::exchange(addr, request.as_bytes()).await;
+    assert_eq!(resp.status, 415, "{resp:?}");
+    assert_eq!(h.policy().state, waitroom::store::RoomState::Open);
+    // The dashboard's own requests (same origin) work.
+    let resp = raw_admin(
+        addr,
+        &format!(
+            "POST /api/rooms/shop/reset HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\nContent-Length: 0\r\n"
+        ),
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert_eq!(active(&h).await, 0);
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_in_any_case() {
+    let h = with_token().await;
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let resp = h
+            .bare()
+            .get(h.admin_url("/api/rooms"))
+            .header("authorization", format!("{scheme} {TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{scheme}");
+    }
+    for bad in [
+        format!("Basic {TOKEN}"),
+        TOKEN.to_owned(),
+        format!("Bearer{TOKEN}"),
+    ] {
+        let resp = h
+            .bare()
+            .get(h.admin_url("/api/rooms"))
+            .header("authorization", bad.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{bad}");
+    }
+    // With a token, any host name may be used (the token is the protection),
+    // but a cross-site Origin is still refused.
+    let resp = h
+        .bare()
+        .post(h.admin_url("/api/rooms/shop/reset"))
+        .bearer_auth(TOKEN)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
 }

@@ -304,3 +304,74 @@ async fn admitted_requests_cost_no_redis_command_until_their_check_in() {
     assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
     assert_eq!(calls(&server, "zadd"), before + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_leaves_no_ghost_sessions_or_places_after_the_thaw() {
+    let server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Open)(c);
+        c.rooms[0].total_active_users = 3;
+    })
+    .await;
+    // One visitor inside before the freeze (which also loads the script, so
+    // the buffered calls run it rather than failing with NOSCRIPT).
+    let inside = h.visitor();
+    assert!(from_origin(&inside.get(h.url("/")).send().await.unwrap()));
+    let sent = calls(&server, "evalsha");
+    server.pause();
+    // Ten newcomers at once while Redis is frozen: their decisions are all
+    // sent before the first one fails, all time out, and the open fail mode
+    // lets the visitors through without tickets.
+    let burst: Vec<_> = (0..10)
+        .map(|_| {
+            let (client, url) = (h.bare(), h.url("/"));
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let resp = client.get(url).send().await.unwrap();
+                (
+                    from_origin(&resp),
+                    set_cookie(&resp, COOKIE),
+                    started.elapsed(),
+                )
+            })
+        })
+        .collect();
+    for call in burst {
+        let (forwarded, cookie, took) = call.await.unwrap();
+        assert!(forwarded && cookie.is_none());
+        assert!(took < Duration::from_millis(700), "waited {took:?}");
+    }
+    // Redis thaws and runs the ten buffered scripts: each finds its deadline
+    // passed and does nothing. The figures come after them on the same connection.
+    server.resume();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        match h.store().stats(&h.policy(), h.clock_now()).await {
+            Ok(stats) => break stats,
+            Err(e) => assert!(Instant::now() < deadline, "Redis did not come back: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        calls(&server, "evalsha") >= sent + 10,
+        "the buffered calls did run"
+    );
+    assert_eq!(
+        (stats.active, stats.queued),
+        (1, 0),
+        "no ghost from the freeze"
+    );
+    // The room is whole: exactly two more newcomers are admitted, the rest queue.
+    h.clock.advance(Duration::from_secs(1));
+    let mut admitted = 0;
+    for _ in 0..4 {
+        h.clock.advance(Duration::from_secs(1));
+        let resp = h.bare().get(h.url("/")).send().await.unwrap();
+        assert!(
+            set_cookie(&resp, COOKIE).is_some(),
+            "the store is used again"
+        );
+        admitted += usize::from(from_origin(&resp));
+    }
+    assert_eq!(admitted, 2);
+}

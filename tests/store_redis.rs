@@ -389,3 +389,50 @@ async fn many_instances_share_one_room() {
     positions.sort_unstable();
     assert_eq!(positions, (1..=550).collect::<Vec<u64>>());
 }
+
+/// I6 without ghosts: calls that timed out while Redis was frozen are
+/// buffered by Redis and run when it thaws; their scripts find the caller's
+/// deadline passed and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_timed_out_in_a_frozen_redis_never_land() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let store = Arc::new(
+        RedisStore::connect(&[server.url()], Duration::from_millis(200))
+            .await
+            .unwrap(),
+    );
+    let p = policy(1, 0);
+    // One visitor inside and one waiting before the freeze.
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    let waiting = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    server.pause();
+    let mut calls = Vec::new();
+    for n in 10..30 {
+        let (store, p) = (store.clone(), p.clone());
+        calls.push(tokio::spawn(async move {
+            store.arrive(&p, vid(n), T0 + 1).await
+        }));
+    }
+    for call in calls {
+        assert!(matches!(call.await.unwrap(), Err(StoreError::Timeout)));
+    }
+    // And a release that would let the waiting visitor in.
+    let release = store.release(&p, vid(1), T0 + 2).await;
+    assert!(matches!(release, Err(StoreError::Timeout)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    let stats = store.stats(&p, T0 + 3).await.unwrap();
+    assert_eq!(
+        (stats.active, stats.queued),
+        (1, 1),
+        "the room is as it was before the freeze"
+    );
+    let totals = store.totals(&p).await.unwrap();
+    assert_eq!((totals.admitted, totals.queued), (1, 1));
+    assert_eq!(
+        place(&store.poll(&p, vid(2), waiting.seq, T0 + 4).await.unwrap()).position,
+        1
+    );
+}

@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use crate::body::{full, Body};
 use crate::canonical::{host as parse_host, is_loopback_host};
-use crate::config::bounds::{MAX_DURATION, MAX_LIMIT, MIN_SESSION};
+use crate::config::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
 use crate::config::Secret;
 use crate::gate::{Room, SharedGate};
 use crate::respond::{html, json, text};
@@ -346,7 +346,7 @@ impl Admin {
                     AdminError::BadRequest(format!(
                         "session_duration: expected a duration from {} to {} such as \"5m\", got {v:?}",
                         humantime::format_duration(MIN_SESSION),
-                        humantime::format_duration(MAX_DURATION),
+                        MAX_DURATION_TEXT,
                     ))
                 })?;
             o.session_duration_ms = Some(d.as_millis() as u64);

@@ -7,6 +7,8 @@ use std::time::Duration;
 /// Longest accepted duration. Other modules add durations to millisecond
 /// timestamps; a cap keeps that arithmetic far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+/// `MAX_DURATION` as operators write it.
+pub const MAX_DURATION_TEXT: &str = "365d";
 
 /// Shortest session.
 pub const MIN_SESSION: Duration = Duration::from_secs(1);

@@ -52,7 +52,7 @@ mod defaults {
     pub const IP_ARRIVAL_BURST: u32 = 200;
 }
 
-use super::bounds::{MAX_DURATION, MAX_LIMIT};
+use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT};
 
 /// Below hyper's smallest read buffer (8 KiB) the HTTP/1 builder panics.
 const MIN_HEADER_BYTES: u64 = 8192;
@@ -1338,11 +1338,7 @@ impl Checker<'_, '_> {
         } else if raw.value > MAX_DURATION {
             self.fail(
                 path,
-                format!(
-                    "must be at most {}, got {:?}",
-                    humantime::format_duration(MAX_DURATION),
-                    raw.text
-                ),
+                format!("must be at most {}, got {:?}", MAX_DURATION_TEXT, raw.text),
             );
             default
         } else {

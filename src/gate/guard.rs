@@ -293,3 +293,128 @@ impl StoreGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::store::{RoomOverrides, RoomStats, RoomTotals, Store, StoreError, Verdict};
+    use async_trait::async_trait;
+
+    /// A store that carries out each decision and then answers too late, as
+    /// Redis does when its reply is delayed past the caller's timeout.
+    struct LateStore(MemoryStore);
+
+    #[async_trait]
+    impl Store for LateStore {
+        async fn arrive(
+            &self,
+            r: &RoomPolicy,
+            v: VisitorId,
+            now: Millis,
+        ) -> Result<Verdict, StoreError> {
+            let verdict = self.0.arrive(r, v, now).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            verdict
+        }
+        async fn poll(
+            &self,
+            r: &RoomPolicy,
+            v: VisitorId,
+            seq: u64,
+            now: Millis,
+        ) -> Result<Verdict, StoreError> {
+            self.0.poll(r, v, seq, now).await
+        }
+        async fn check_in(
+            &self,
+            r: &RoomPolicy,
+            v: VisitorId,
+            t: Millis,
+            now: Millis,
+        ) -> Result<Option<Millis>, StoreError> {
+            self.0.check_in(r, v, t, now).await
+        }
+        async fn release(
+            &self,
+            r: &RoomPolicy,
+            v: VisitorId,
+            now: Millis,
+        ) -> Result<bool, StoreError> {
+            self.0.release(r, v, now).await
+        }
+        async fn stats(&self, r: &RoomPolicy, now: Millis) -> Result<RoomStats, StoreError> {
+            self.0.stats(r, now).await
+        }
+        async fn totals(&self, r: &RoomPolicy) -> Result<RoomTotals, StoreError> {
+            self.0.totals(r).await
+        }
+        async fn reset(&self, r: &RoomPolicy, now: Millis) -> Result<(), StoreError> {
+            self.0.reset(r, now).await
+        }
+        async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+            self.0.overrides(room).await
+        }
+        async fn set_overrides(
+            &self,
+            room: &str,
+            o: Option<&RoomOverrides>,
+        ) -> Result<(), StoreError> {
+            self.0.set_overrides(room, o).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decision_answered_too_late_is_released_once_the_store_is_back() {
+        let config = crate::config::from_toml_str(
+            r#"
+            [store]
+            timeout = "20ms"
+            [cookie]
+            keys = ["__________________________________________8"]
+            [origin]
+            url = "http://127.0.0.1:3000"
+            [[room]]
+            id = "shop"
+            path = "/"
+            total_active_users = 2
+            new_users_per_minute = 60
+            "#,
+        )
+        .unwrap();
+        let clock = ManualClock::new(1_800_000_000_000);
+        let shared: SharedClock = Arc::new(clock.clone());
+        let telemetry = Arc::new(Telemetry::default());
+        let store = Arc::new(LateStore(MemoryStore::new()));
+        let guard = StoreGuard::new(&config, store.clone(), shared.clone(), telemetry.clone());
+        let room = Room::new(
+            config.rooms[0].clone(),
+            crate::queue_page::Template::builtin(),
+            telemetry.metrics.room("shop"),
+            shared,
+        );
+        let now = clock.now_ms();
+        // Two newcomers time out, though the store admitted both.
+        for _ in 0..2 {
+            clock.advance(Duration::from_secs(1));
+            let err = guard.arrive(&room, clock.now_ms()).await.unwrap_err();
+            assert!(matches!(err, StoreError::Timeout), "{err:?}");
+        }
+        let policy = room.policy();
+        assert_eq!(store.stats(&policy, now).await.unwrap().active, 2, "ghosts");
+        assert_eq!(guard.orphans(), 2);
+        // Nothing is released while the store is down.
+        guard.release_orphans().await;
+        assert_eq!(guard.orphans(), 2);
+        // The next probe finds it up; the upkeep then releases both.
+        clock.advance(Duration::from_secs(1));
+        guard
+            .call(store.stats(&policy, clock.now_ms()))
+            .await
+            .unwrap();
+        guard.release_orphans().await;
+        assert_eq!(guard.orphans(), 0);
+        let stats = store.stats(&policy, clock.now_ms()).await.unwrap();
+        assert_eq!(stats.active, 0, "no ghost outlives the outage");
+    }
+}

@@ -366,11 +366,12 @@ async fn serve<S, F>(
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             // hyper's header timer starts with the first byte; before it the
-            // HTTP version sniffing would wait for ever.
-            if !matches!(
-                tokio::time::timeout(first_byte, stream.readable()).await,
-                Ok(Ok(()))
-            ) {
+            // HTTP version sniffing would wait for ever. (`readable()` may
+            // report a fresh socket ready with nothing in it; `peek` waits
+            // for a byte, or for the end of the stream.)
+            let mut first = [0u8; 1];
+            let peeked = tokio::time::timeout(first_byte, stream.peek(&mut first)).await;
+            if !matches!(peeked, Ok(Ok(1..))) {
                 tracing::debug!(%peer, "connection closed: nothing sent");
                 drop(admission);
                 return;

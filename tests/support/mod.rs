@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod origin;
+pub mod raw;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

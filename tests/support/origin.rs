@@ -63,6 +63,50 @@ impl Origin {
     }
 }
 
+/// The path as nginx resolves it before choosing what to serve: every
+/// percent escape decoded, slashes merged, dot segments resolved (a path
+/// above the root stays at the root).
+pub fn normalize(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut decoded = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
+                decoded.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                decoded.push(c);
+                i += 1;
+            }
+        }
+    }
+    let mut out: Vec<&[u8]> = Vec::new();
+    for seg in decoded.split(|c| *c == b'/' || *c == b'\\') {
+        match seg {
+            b"" | b"." => {}
+            b".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut text = String::new();
+    for s in out {
+        text.push('/');
+        text.push_str(&String::from_utf8_lossy(s));
+    }
+    if text.is_empty() {
+        text.push('/');
+    }
+    text
+}
+
 fn query_u64(req: &Request<Incoming>, key: &str) -> u64 {
     req.uri()
         .query()
@@ -169,6 +213,8 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
             let echo = serde_json::json!({
                 "method": req.method().as_str(),
                 "uri": req.uri().to_string(),
+                // What a path-normalizing server (nginx) would serve.
+                "served": normalize(req.uri().path()),
                 "headers": headers,
             });
             let mut resp = reply(StatusCode::OK, full(echo.to_string()));
