@@ -452,7 +452,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_server_key",
-        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `ip_arrivals_per_second`, `ip_arrival_burst`, `max_connections_per_ip`, `access_log`",
+        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `ip_arrivals_per_second`, `ip_arrival_burst`, `max_connections_per_ip`, `workers`, `access_log`",
     ),
     (
         "unknown_top_level_key",

@@ -37,7 +37,10 @@ fn get(target: &str, host: &str) -> Vec<u8> {
 fn check(resp: &RawResponse, expect: Expect, what: &str) {
     match expect {
         Expect::Queued => {
-            assert!(!resp.answered_by_origin(), "{what}: reached the origin: {resp:?}");
+            assert!(
+                !resp.answered_by_origin(),
+                "{what}: reached the origin: {resp:?}"
+            );
             assert_eq!(resp.status, 200, "{what}: {resp:?}");
             assert!(
                 resp.body.contains("wr-position"),
@@ -45,7 +48,10 @@ fn check(resp: &RawResponse, expect: Expect, what: &str) {
             );
         }
         Expect::Refused => {
-            assert!(!resp.answered_by_origin(), "{what}: reached the origin: {resp:?}");
+            assert!(
+                !resp.answered_by_origin(),
+                "{what}: reached the origin: {resp:?}"
+            );
             assert_eq!(resp.status, 400, "{what}: {resp:?}");
         }
         Expect::Served(path) => {

@@ -66,6 +66,19 @@ pub struct ServerConfig {
     pub ip_arrival_burst: u32,
     /// Log one line per visitor request (target `waitroom::access`).
     pub access_log: bool,
+    /// Worker threads serving visitors, each with its own listener and
+    /// origin connections; 0 = one per CPU core.
+    pub workers: usize,
+}
+
+impl ServerConfig {
+    /// The number of worker threads to run: `workers`, or one per core.
+    pub fn workers(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 /// What happens to a request no room matches.

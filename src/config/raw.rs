@@ -54,6 +54,9 @@ mod defaults {
 
 use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT};
 
+/// Most worker threads.
+const MAX_WORKERS: u64 = 256;
+
 /// Below hyper's smallest read buffer (8 KiB) the HTTP/1 builder panics.
 const MIN_HEADER_BYTES: u64 = 8192;
 const MAX_HEADER_BYTES: u64 = 1024 * 1024;
@@ -246,6 +249,8 @@ struct RawServer {
     ip_arrival_burst: Option<u64>,
     /// Most concurrent connections from one client address.
     max_connections_per_ip: Option<u64>,
+    /// Worker threads (0 = one per core).
+    workers: Option<u64>,
     /// One log line per request (target `waitroom::access`).
     access_log: Option<bool>,
 }
@@ -793,6 +798,13 @@ impl Checker<'_, '_> {
             defaults::DRAIN_TIMEOUT,
             Duration::ZERO,
         );
+        let workers = raw.workers.unwrap_or(0);
+        if workers > MAX_WORKERS {
+            self.fail(
+                &p.key("workers"),
+                format!("must be between 0 (one per core) and {MAX_WORKERS}, got {workers}"),
+            );
+        }
         let mut poll_limit = |key: &str, value: Option<u64>, default: u32| -> u32 {
             let value = value.unwrap_or(u64::from(default));
             if !(1..=1_000_000).contains(&value) {
@@ -830,6 +842,7 @@ impl Checker<'_, '_> {
             ip_poll_burst,
             ip_arrivals_per_second,
             ip_arrival_burst,
+            workers: usize::try_from(workers.min(MAX_WORKERS)).unwrap_or(1),
             access_log: raw.access_log.unwrap_or(false),
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             max_connections_per_ip: usize::try_from(max_connections_per_ip).unwrap_or(usize::MAX),

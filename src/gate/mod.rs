@@ -98,6 +98,8 @@ pub struct Ctx {
     pub now: Millis,
     /// The visitor asked for JSON (`Accept: application/json`).
     pub wants_json: bool,
+    /// The worker thread serving the request.
+    pub worker: usize,
 }
 
 /// The outcome of the ticket phase.
@@ -150,7 +152,7 @@ impl Gate {
             rooms: Rooms::new(rooms),
             tickets: Tickets::new(KeyRing::new(&config.cookie.keys), config.cookie.secure),
             store: StoreGuard::new(config, store, clock.clone(), telemetry.clone()),
-            proxy: Proxy::new(&config.origin)?,
+            proxy: Proxy::new(&config.origin, config.server.workers())?,
             reserved_prefix: s.reserved_prefix.clone(),
             unmatched: s.unmatched,
             trusted_proxies: s.trusted_proxies.clone(),
@@ -250,16 +252,22 @@ impl Gate {
         }
     }
 
-    /// Answers one visitor request. Never fails: every error becomes a page.
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    /// Answers one visitor request on worker `worker` (whose origin
+    /// connections it uses). Never fails: every error becomes a page.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        worker: usize,
+    ) -> Response<Body> {
         if !self.access_log {
-            let resp = self.phases(req, peer).await;
+            let resp = self.phases(req, peer, worker).await;
             self.telemetry.metrics.response(resp.status());
             return resp;
         }
         let started = Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-        let resp = self.phases(req, peer).await;
+        let resp = self.phases(req, peer, worker).await;
         self.telemetry.metrics.response(resp.status());
         tracing::info!(
             target: "waitroom::access",
@@ -273,7 +281,12 @@ impl Gate {
         resp
     }
 
-    async fn phases(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn phases(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        worker: usize,
+    ) -> Response<Body> {
         // Phase 1: canonical.
         let canonical = match Canonical::of(&req) {
             Ok(c) => c,
@@ -289,6 +302,7 @@ impl Gate {
             canonical,
             now: self.clock.now_ms(),
             wants_json: wants_json(&req),
+            worker,
         };
 
         // Phase 2: route.
@@ -489,6 +503,7 @@ impl Gate {
             peer_trusted: ctx.peer_trusted,
             canonical: &ctx.canonical,
             visitor: admitted.as_ref().map(|(_, v, _)| *v),
+            worker: ctx.worker,
         };
         let started = Instant::now();
         let forwarded = self.proxy.forward(req, &out).await;

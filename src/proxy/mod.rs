@@ -1,7 +1,9 @@
-//! Forwarding to the origin: a pooled HTTP/1.1 client, streamed bodies both
-//! ways, header rewriting, `Upgrade` passthrough and origin time limits.
+//! Forwarding to the origin: per-worker pools of HTTP/1.1 connections
+//! (`pool`), streamed bodies both ways, header rewriting (`headers`),
+//! `Upgrade` passthrough and origin time limits.
 
 pub mod headers;
+pub mod pool;
 
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -11,17 +13,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::HeaderName;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 
 use crate::body::{boxed, Body};
 use crate::canonical::Canonical;
 use crate::config::OriginConfig;
 use crate::store::VisitorId;
+use pool::{Pool, Target};
 
 /// Why the origin did not give us a response. Errors carry which side
 /// failed, so the visitor's broken request is a 400 and the origin's
@@ -49,14 +50,14 @@ impl OriginError {
     }
 }
 
-/// Where and how requests are sent to the origin.
+/// Where and how requests are sent to the origin, with one connection pool
+/// per worker thread.
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
-    scheme: Scheme,
-    authority: Authority,
     /// Path prefix of the origin URL without its trailing `/` (often empty).
     base_path: String,
     timeout: Duration,
+    /// Indexed by worker.
+    pools: Vec<Arc<Pool>>,
 }
 
 /// What the gate decided about a request, for the forwarding step.
@@ -69,33 +70,37 @@ pub struct Outbound<'a> {
     pub canonical: &'a Canonical,
     /// The admitted visitor, named to the origin in `X-Waitroom-Visitor`.
     pub visitor: Option<VisitorId>,
+    /// The worker thread serving the request (its origin pool is used).
+    pub worker: usize,
 }
 
 impl Proxy {
-    pub fn new(origin: &OriginConfig) -> Result<Self, OriginError> {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(origin.connect_timeout));
-        connector.set_nodelay(true);
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .build(connector);
+    pub fn new(origin: &OriginConfig, workers: usize) -> Result<Self, OriginError> {
         let parts = origin.url.clone().into_parts();
         let authority = parts
             .authority
             .ok_or_else(|| OriginError::BadRequest("origin url has no host".into()))?;
+        let port = authority.port_u16().unwrap_or(80);
+        let target = Target {
+            addr: format!("{}:{port}", authority.host()),
+            connect_timeout: origin.connect_timeout,
+        };
         let base_path = parts
             .path_and_query
             .map(|p| p.path().trim_end_matches('/').to_owned())
             .unwrap_or_default();
         Ok(Self {
-            client,
-            scheme: parts.scheme.unwrap_or(Scheme::HTTP),
-            authority,
             base_path,
             timeout: origin.timeout,
+            pools: (0..workers.max(1))
+                .map(|_| Pool::new(target.clone()))
+                .collect(),
         })
+    }
+
+    /// The origin connections of one worker.
+    pub fn pool(&self, worker: usize) -> &Arc<Pool> {
+        &self.pools[worker % self.pools.len()]
     }
 
     /// Sends `req` to the origin and returns its response, bodies streaming.
@@ -118,12 +123,7 @@ impl Proxy {
             PathAndQuery::try_from(format!("{}{target}", self.base_path))
         }
         .map_err(|e| OriginError::BadRequest(e.to_string()))?;
-        let mut uri = http::uri::Parts::default();
-        uri.scheme = Some(self.scheme.clone());
-        uri.authority = Some(self.authority.clone());
-        uri.path_and_query = Some(path_and_query);
-        *req.uri_mut() =
-            Uri::from_parts(uri).map_err(|e| OriginError::BadRequest(e.to_string()))?;
+        *req.uri_mut() = Uri::from(path_and_query);
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
         headers::sanitize_inbound(headers, out.peer_trusted, upgrade);
@@ -136,15 +136,16 @@ impl Proxy {
             }
         }
         let body_failed = Arc::new(AtomicBool::new(false));
-        let req = req.map(|body| boxed(Watched::new(body, body_failed.clone())));
+        let req = req.map(|body| Watched::new(body, body_failed.clone()));
 
-        let sent = tokio::time::timeout(self.timeout, self.client.request(req)).await;
+        let pool = self.pool(out.worker);
+        let sent = tokio::time::timeout(self.timeout, pool.send(req, !upgrade)).await;
         let mut resp = match sent {
             Err(_) => return Err(OriginError::Timeout(self.timeout)),
             Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
-                return Err(OriginError::Downstream(error_chain(&e)))
+                return Err(OriginError::Downstream(e.to_string()))
             }
-            Ok(Err(e)) => return Err(OriginError::Unreachable(error_chain(&e))),
+            Ok(Err(e)) => return Err(e),
             Ok(Ok(resp)) => resp,
         };
 
@@ -179,7 +180,7 @@ pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-v
 
 /// A visitor's request body on its way to the origin, remembering whether
 /// it failed, so that a broken upload is answered as the visitor's fault.
-struct Watched {
+pub struct Watched {
     inner: Incoming,
     failed: Arc<AtomicBool>,
 }

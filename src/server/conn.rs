@@ -105,6 +105,19 @@ impl Caps {
     }
 }
 
+/// Waits up to `within` for the connection's first byte; false when none
+/// came (or the peer closed first). hyper's header timer starts only with
+/// the first byte, and before it the HTTP version sniffing would wait for
+/// ever. (`readable()` may report a fresh socket ready with nothing in it;
+/// `peek` waits for a byte.)
+pub async fn first_byte(stream: &tokio::net::TcpStream, within: std::time::Duration) -> bool {
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, stream.peek(&mut first)).await,
+        Ok(Ok(1..))
+    )
+}
+
 /// hyper's answer to a head that outgrew the read buffer.
 const TOO_LARGE: &[u8] = b"HTTP/1.1 431 ";
 /// Ours when the head was one unterminated line.

@@ -3,6 +3,7 @@
 //! figures, and graceful drain on shutdown.
 
 pub mod conn;
+pub mod worker;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,6 +32,7 @@ use crate::gate::{Gate, GateError, SharedGate};
 use crate::store::memory::MemoryStore;
 use crate::store::SharedStore;
 use crate::telemetry::Telemetry;
+use worker::Workers;
 
 /// How often each instance reads operators' runtime room changes from the
 /// store (so every instance applies a change within a second).
@@ -73,7 +75,10 @@ pub struct Daemon {
     telemetry: Arc<Telemetry>,
     config_path: Option<PathBuf>,
     stop: watch::Sender<bool>,
+    /// The admin listener and the background refresh.
     tasks: Vec<JoinHandle<()>>,
+    /// The visitor listener's worker threads.
+    workers: Option<Workers>,
 }
 
 impl Daemon {
@@ -103,9 +108,7 @@ impl Daemon {
         )?));
         // Operators' runtime changes apply before the first visitor is served.
         gates.load().refresh_overrides().await;
-        let listener = bind(config.server.listen).await?;
         let admin_listener = bind(config.server.admin_listen).await?;
-        let addr = local_addr(&listener, config.server.listen);
         let admin_addr = local_addr(&admin_listener, config.server.admin_listen);
         let (stop, stopped) = watch::channel(false);
 
@@ -115,11 +118,16 @@ impl Daemon {
             Some(config.server.max_connections_per_ip),
         );
         let admin_caps = conn::Caps::new(config.server.max_connections, None);
-        let visitor_gates = gates.clone();
-        let visitor_service = move |req: Request<Incoming>, peer: SocketAddr| {
-            let gate = visitor_gates.load_full();
-            async move { gate.handle(req, peer).await }
-        };
+        let workers = Workers::start(
+            config.server.listen,
+            config.server.workers(),
+            gates.clone(),
+            limits.clone(),
+            visitor_caps,
+            stopped.clone(),
+        )
+        .await?;
+        let addr = workers.addr;
         let reload: Option<Reloader> = deps.config_path.clone().map(|path| {
             let gates = gates.clone();
             let telemetry = telemetry.clone();
@@ -146,13 +154,6 @@ impl Daemon {
         };
         let tasks = vec![
             tokio::spawn(serve(
-                listener,
-                visitor_service,
-                limits.clone(),
-                visitor_caps,
-                stopped.clone(),
-            )),
-            tokio::spawn(serve(
                 admin_listener,
                 admin_service,
                 limits,
@@ -162,7 +163,8 @@ impl Daemon {
             tokio::spawn(refresh_rooms(gates.clone(), stopped)),
         ];
         let rooms = gates.load().rooms.all().len();
-        tracing::info!(%addr, %admin_addr, rooms, "waitroom listening");
+        let threads = config.server.workers();
+        tracing::info!(%addr, %admin_addr, rooms, workers = threads, "waitroom listening");
         Ok(Self {
             addr,
             admin_addr,
@@ -171,6 +173,7 @@ impl Daemon {
             config_path: deps.config_path,
             stop,
             tasks,
+            workers: Some(workers),
         })
     }
 
@@ -202,7 +205,11 @@ impl Daemon {
         // Not ready first, so load balancers stop sending new visitors here.
         self.telemetry.draining.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
-        for task in self.tasks {
+        let mut this = self;
+        if let Some(workers) = this.workers.take() {
+            workers.stopped().await;
+        }
+        for task in std::mem::take(&mut this.tasks) {
             let _ = task.await;
         }
     }
@@ -289,7 +296,7 @@ fn local_addr(listener: &TcpListener, configured: SocketAddr) -> SocketAddr {
 
 /// Per-listener limits from `[server]`.
 #[derive(Clone)]
-struct Limits {
+pub struct Limits {
     max_header_bytes: usize,
     header_read_timeout: Duration,
     drain_timeout: Duration,
@@ -305,9 +312,10 @@ impl From<&Config> for Limits {
     }
 }
 
-/// Accepts connections until told to stop, then drains them. Connections
-/// over the caps are closed at once; a connection that sends nothing
-/// within `header_read_timeout` is closed.
+/// The admin listener: accepts connections until told to stop, then drains
+/// them. Connections over the cap are closed at once; a connection that
+/// sends nothing within `header_read_timeout` is closed. (Visitors are
+/// served by the `worker` threads.)
 async fn serve<S, F>(
     listener: TcpListener,
     service: S,
@@ -365,13 +373,7 @@ async fn serve<S, F>(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            // hyper's header timer starts with the first byte; before it the
-            // HTTP version sniffing would wait for ever. (`readable()` may
-            // report a fresh socket ready with nothing in it; `peek` waits
-            // for a byte, or for the end of the stream.)
-            let mut first = [0u8; 1];
-            let peeked = tokio::time::timeout(first_byte, stream.peek(&mut first)).await;
-            if !matches!(peeked, Ok(Ok(1..))) {
+            if !conn::first_byte(&stream, first_byte).await {
                 tracing::debug!(%peer, "connection closed: nothing sent");
                 drop(admission);
                 return;

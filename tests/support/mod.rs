@@ -40,6 +40,7 @@ pub fn config(origin: SocketAddr) -> Config {
             ip_arrivals_per_second: 1_000_000,
             ip_arrival_burst: 1_000_000,
             access_log: false,
+            workers: 2,
         },
         store: StoreConfig {
             backend: Backend::Memory,

@@ -1,0 +1,262 @@
+//! The visitor listener's workers: one OS thread per core, each running a
+//! current-thread runtime with its own `SO_REUSEPORT` listener, its own
+//! connections and its own origin connection pool.
+//!
+//! The kernel spreads new connections over the workers' listeners; from
+//! then on a connection, its requests and the origin connections they use
+//! stay on one thread. Nothing on the admitted path crosses cores: no task
+//! is woken on another thread, no channel is shared, the gate in force is
+//! read through a per-worker cache, and the only shared writes are the
+//! metrics' counters.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{oneshot, watch};
+
+use super::conn::{self, Caps, HeadWatch};
+use super::{Limits, StartError};
+use crate::gate::{Gate, SharedGate};
+
+/// Runs hyper's per-connection tasks (HTTP/2 streams) on the worker itself.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F> hyper::rt::Executor<F> for LocalExec
+where
+    F: Future + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// The gate as one worker holds it: an `Rc` around the shared `Arc`, so
+/// that each request's copy is a plain increment on this thread rather
+/// than an atomic one on a cache line every core writes.
+#[allow(clippy::redundant_allocation)]
+type LocalGate = Rc<Arc<Gate>>;
+
+/// The gate in force, read once per request without touching a shared
+/// reference count: the `Arc` of the current gate is kept here and only
+/// swapped when a reload installed another.
+struct GateCache {
+    gates: SharedGate,
+    current: RefCell<LocalGate>,
+}
+
+impl GateCache {
+    fn new(gates: SharedGate) -> Self {
+        let current = RefCell::new(Rc::new(gates.load_full()));
+        Self { gates, current }
+    }
+
+    fn get(&self) -> LocalGate {
+        let installed = self.gates.load();
+        let mut current = self.current.borrow_mut();
+        if !Arc::ptr_eq(&installed, &current) {
+            *current = Rc::new(Arc::clone(&installed));
+        }
+        Rc::clone(&current)
+    }
+}
+
+/// The running workers.
+pub struct Workers {
+    /// Where they listen (one port, bound by each).
+    pub addr: SocketAddr,
+    /// One per worker, resolved when it has drained and stopped.
+    done: Vec<oneshot::Receiver<()>>,
+}
+
+impl Workers {
+    /// Binds `count` listeners on `addr` (the first picks the port when it
+    /// is 0) and starts a worker thread for each; returns once every one
+    /// listens.
+    pub async fn start(
+        addr: SocketAddr,
+        count: usize,
+        gates: SharedGate,
+        limits: Limits,
+        caps: Caps,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Self, StartError> {
+        let bind_error = |addr, source| StartError::Bind { addr, source };
+        let mut sockets = Vec::with_capacity(count);
+        let mut bound = addr;
+        for _ in 0..count.max(1) {
+            let socket = reuseport_socket(bound).map_err(|e| bind_error(bound, e))?;
+            bound = socket.local_addr().map_err(|e| bind_error(bound, e))?;
+            sockets.push(socket);
+        }
+        let mut done = Vec::with_capacity(sockets.len());
+        let mut listening = Vec::with_capacity(sockets.len());
+        for (index, socket) in sockets.into_iter().enumerate() {
+            let (finished, finished_rx) = oneshot::channel();
+            done.push(finished_rx);
+            let (ready, ready_rx) = oneshot::channel();
+            listening.push(ready_rx);
+            let (gates, limits, caps, stop) =
+                (gates.clone(), limits.clone(), caps.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(format!("waitroom-worker-{index}"))
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => {
+                            let local = tokio::task::LocalSet::new();
+                            local.block_on(
+                                &runtime,
+                                run(index, socket, ready, gates, limits, caps, stop),
+                            );
+                        }
+                        Err(e) => tracing::error!(error = %e, "worker runtime failed to start"),
+                    }
+                    let _ = finished.send(());
+                })
+                .map_err(|e| bind_error(bound, e))?;
+        }
+        for ready in listening {
+            match ready.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(bind_error(bound, e)),
+                Err(_) => {
+                    return Err(bind_error(
+                        bound,
+                        std::io::Error::other("worker thread ended before listening"),
+                    ))
+                }
+            }
+        }
+        Ok(Self { addr: bound, done })
+    }
+
+    /// Waits until every worker has drained and stopped.
+    pub async fn stopped(self) {
+        for done in self.done {
+            let _ = done.await;
+        }
+    }
+}
+
+/// A listening socket on `addr` that other sockets of this process may
+/// share (`SO_REUSEPORT`), so each worker accepts on its own.
+fn reuseport_socket(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
+}
+
+/// One worker: accepts on its own listener until told to stop, serves each
+/// connection on this thread, then drains.
+async fn run(
+    index: usize,
+    socket: TcpSocket,
+    ready: oneshot::Sender<std::io::Result<()>>,
+    gates: SharedGate,
+    limits: Limits,
+    caps: Caps,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Listening registers the socket with this thread's runtime.
+    let listener: TcpListener = match socket.listen(1024) {
+        Ok(l) => {
+            let _ = ready.send(Ok(()));
+            l
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let cache = Rc::new(GateCache::new(gates));
+    let mut builder = auto::Builder::new(LocalExec);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        // hyper refuses buffers under 8 KiB; headers past the buffer get 431.
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
+    let graceful = GracefulShutdown::new();
+    let mut backoff = Duration::from_millis(5);
+
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => { backoff = Duration::from_millis(5); a }
+                Err(e) => {
+                    // Usually out of file descriptors: wait for some to free up.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let admission = match caps.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(why) => {
+                // Closed now rather than left to wait: the client learns at once.
+                tracing::debug!(%peer, ?why, "connection refused at the cap");
+                drop(stream);
+                continue;
+            }
+        };
+        let cache = cache.clone();
+        let svc = service_fn(move |req| {
+            let gate = cache.get();
+            async move { Ok::<_, Infallible>(gate.handle(req, peer, index).await) }
+        });
+        let first_byte = limits.header_read_timeout;
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::task::spawn_local(async move {
+            if !conn::first_byte(&stream, first_byte).await {
+                tracing::debug!(%peer, "connection closed: nothing sent");
+                drop(admission);
+                return;
+            }
+            let io = TokioIo::new(HeadWatch::new(stream));
+            let conn = builder.serve_connection_with_upgrades(io, svc);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            drop(admission);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            worker = index,
+            "drain timed out; closing remaining connections"
+        );
+    }
+}
