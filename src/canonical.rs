@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv6Addr};
 
 use http::header::{self, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Request, Version};
 
 /// Why a request cannot be made canonical; every case is a 400.
@@ -42,54 +43,65 @@ pub enum Refusal {
     HostMismatch,
 }
 
-/// The request as the gate matches it and the origin receives it.
+/// The request as the gate matches it and the origin receives it. Built
+/// without copying when the request already is canonical (the common
+/// case): the path and query and the Host value are then the request's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Canonical {
-    /// Lower case, without port or trailing dot; what rooms match.
-    pub host: String,
+    /// The canonical path with the query as sent, as the origin receives it.
+    pub target: PathAndQuery,
     /// What the origin receives as `Host` (and `X-Forwarded-Host`): the
     /// canonical host and the port the visitor used, if any.
     pub host_header: HeaderValue,
-    /// The canonical path: see [`path`].
-    pub path: String,
-    /// The query string as sent (without `?`), if any.
-    pub query: Option<String>,
+    /// Length of the host name at the start of `host_header`.
+    host_len: usize,
 }
 
 impl Canonical {
     /// Makes `req` canonical, or says why it cannot be.
     pub fn of<B>(req: &Request<B>) -> Result<Self, Refusal> {
-        let (host, port) = request_host(req)?;
+        let (host_header, host_len) = request_host(req)?;
         let uri = req.uri();
         let raw_path = uri.path();
         if raw_path.is_empty() || !raw_path.starts_with('/') {
             return Err(Refusal::NotAPath);
         }
-        let path = path(raw_path)?.into_owned();
-        let host_header = match port {
-            Some(p) => HeaderValue::from_str(&format!("{host}:{p}")),
-            None => HeaderValue::from_str(&host),
-        }
-        .map_err(|_| Refusal::BadHost)?;
+        let target = match (path(raw_path)?, uri.path_and_query()) {
+            (Cow::Borrowed(_), Some(pq)) => pq.clone(),
+            (canonical, _) => {
+                let text = match uri.query() {
+                    Some(q) => format!("{canonical}?{q}"),
+                    None => canonical.into_owned(),
+                };
+                PathAndQuery::try_from(text).map_err(|_| Refusal::NotAPath)?
+            }
+        };
         Ok(Self {
-            host,
+            target,
             host_header,
-            path,
-            query: uri.query().map(str::to_owned),
+            host_len,
         })
     }
 
-    /// The path with the query, as the origin receives it.
-    pub fn path_and_query(&self) -> Cow<'_, str> {
-        match &self.query {
-            None => Cow::Borrowed(&self.path),
-            Some(q) => Cow::Owned(format!("{}?{q}", self.path)),
-        }
+    /// Lower case, without port or trailing dot; what rooms match.
+    pub fn host(&self) -> &str {
+        // Built from text that was checked to be ASCII.
+        std::str::from_utf8(&self.host_header.as_bytes()[..self.host_len]).unwrap_or("")
+    }
+
+    /// The canonical path: see [`path`].
+    pub fn path(&self) -> &str {
+        self.target.path()
+    }
+
+    /// The query string as sent (without `?`), if any.
+    pub fn query(&self) -> Option<&str> {
+        self.target.query()
     }
 
     /// The path rooms and bypass rules match: [`match_key`] of the path.
     pub fn match_key(&self) -> Cow<'_, str> {
-        match_key(&self.path)
+        match_key(self.path())
     }
 }
 
@@ -286,13 +298,14 @@ pub fn covers(prefix: &str, path: &str, case_insensitive: bool) -> bool {
     same && (p.ends_with(b"/") || s.len() == p.len() || s[p.len()] == b'/')
 }
 
-/// The host and port of a request, from `Host` (HTTP/1) or the
-/// `:authority` (HTTP/2); refused when absent, repeated or in conflict.
-fn request_host<B>(req: &Request<B>) -> Result<(String, Option<u16>), Refusal> {
+/// The host of a request as the origin receives it (from `Host` in
+/// HTTP/1, the `:authority` in HTTP/2), and the length of its name part;
+/// refused when absent, repeated or in conflict.
+fn request_host<B>(req: &Request<B>) -> Result<(HeaderValue, usize), Refusal> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let from_header = match (hosts.next(), hosts.next()) {
         (_, Some(_)) => return Err(Refusal::DuplicateHost),
-        (Some(v), None) => Some(host(v.as_bytes())?),
+        (Some(v), None) => Some(v),
         (None, None) => None,
     };
     let from_target = match req.uri().authority() {
@@ -302,17 +315,84 @@ fn request_host<B>(req: &Request<B>) -> Result<(String, Option<u16>), Refusal> {
             {
                 return Err(Refusal::NotAPath);
             }
-            Some(host(a.as_str().as_bytes())?)
+            Some(a.as_str())
         }
         None => None,
     };
     match (from_header, from_target) {
-        (Some(h), Some(t)) if h.0 != t.0 => Err(Refusal::HostMismatch),
-        // The target's authority wins (RFC 9112 §3.2.2); the names agree.
-        (_, Some(t)) => Ok(t),
-        (Some(h), None) => Ok(h),
+        (Some(h), Some(t)) => {
+            let (header_name, _) = host(h.as_bytes())?;
+            let (target_name, target_port) = host(t.as_bytes())?;
+            if header_name != target_name {
+                return Err(Refusal::HostMismatch);
+            }
+            // The target's authority wins (RFC 9112 §3.2.2); the names agree.
+            rebuilt(&target_name, target_port)
+        }
+        (None, Some(t)) => {
+            let (name, port) = host(t.as_bytes())?;
+            rebuilt(&name, port)
+        }
+        (Some(h), None) => match canonical_name_len(h.as_bytes()) {
+            // Already canonical: kept as sent, no copy.
+            Some(n) => Ok((h.clone(), n)),
+            None => {
+                let (name, port) = host(h.as_bytes())?;
+                rebuilt(&name, port)
+            }
+        },
         (None, None) => Err(Refusal::MissingHost),
     }
+}
+
+/// The length of the name when `value` is a Host already in canonical
+/// form (a lower-case DNS name or IPv4 address without a trailing dot, and
+/// an optional port of 1 to 5 digits up to 65535), without allocating; `None`
+/// when it needs the full parse (upper case, trailing dot, IPv6, invalid).
+fn canonical_name_len(value: &[u8]) -> Option<usize> {
+    if value.len() > 253 + 6 {
+        return None;
+    }
+    let mut label = 0usize;
+    let mut i = 0;
+    while i < value.len() {
+        match value[i] {
+            b'.' if label > 0 => label = 0,
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' if label < 63 => label += 1,
+            b':' => break,
+            _ => return None,
+        }
+        i += 1;
+    }
+    if label == 0 || i > 253 {
+        return None;
+    }
+    if i < value.len() {
+        let digits = &value[i + 1..];
+        if digits.is_empty() || digits.len() > 5 {
+            return None;
+        }
+        let mut port = 0u32;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            port = port * 10 + u32::from(d - b'0');
+        }
+        if port > u32::from(u16::MAX) {
+            return None;
+        }
+    }
+    Some(i)
+}
+
+/// A Host value from a canonical name and the port.
+fn rebuilt(name: &str, port: Option<u16>) -> Result<(HeaderValue, usize), Refusal> {
+    let value = match port {
+        Some(p) => HeaderValue::from_str(&format!("{name}:{p}")),
+        None => HeaderValue::from_str(name),
+    };
+    value.map(|v| (v, name.len())).map_err(|_| Refusal::BadHost)
 }
 
 /// Parses `host[:port]`: a DNS name (letters, digits, `-`, `_`), an IPv4
@@ -521,11 +601,73 @@ mod tests {
             Refusal::HostMismatch
         );
         let c = Canonical::of(&req("http://A.example:81//shop?q=1", &["a.example"], v11)).unwrap();
-        assert_eq!((c.host.as_str(), c.path.as_str()), ("a.example", "/shop"));
+        assert_eq!((c.host(), c.path()), ("a.example", "/shop"));
         assert_eq!(c.host_header, "a.example:81");
-        assert_eq!(c.path_and_query(), "/shop?q=1");
+        assert_eq!(c.target, "/shop?q=1");
+        assert_eq!(c.query(), Some("q=1"));
         let h2 = Canonical::of(&req("https://a.example/x", &[], Version::HTTP_2)).unwrap();
-        assert_eq!(h2.host, "a.example");
+        assert_eq!(h2.host(), "a.example");
+        // Already canonical: the request's own bytes, host name and all.
+        let plain = Canonical::of(&req("/a/b?c", &["shop.example:8080"], v11)).unwrap();
+        assert_eq!(
+            (plain.host(), plain.path(), plain.query()),
+            ("shop.example", "/a/b", Some("c"))
+        );
+        assert_eq!(plain.host_header, "shop.example:8080");
+        let folded = Canonical::of(&req("/", &["Shop.Example.:8080"], v11)).unwrap();
+        assert_eq!(
+            (folded.host(), folded.host_header.to_str().unwrap()),
+            ("shop.example", "shop.example:8080")
+        );
+        let v6 = Canonical::of(&req("/", &["[0::1]:80"], v11)).unwrap();
+        assert_eq!(
+            (v6.host(), v6.host_header.to_str().unwrap()),
+            ("[::1]", "[::1]:80")
+        );
+    }
+
+    #[test]
+    fn the_no_copy_host_check_agrees_with_the_parser() {
+        for value in [
+            "shop.example",
+            "shop.example:8080",
+            "a",
+            "127.0.0.1:1",
+            "x_y-z.example:65535",
+            "Shop.example",
+            "shop.example.",
+            "shop..example",
+            ".shop",
+            "shop.example:",
+            "shop:99999",
+            "shop:0x1",
+            "[::1]",
+            "a:b:c",
+            "",
+            "sh op",
+        ] {
+            let fast = canonical_name_len(value.as_bytes());
+            let slow = host(value.as_bytes());
+            match fast {
+                Some(n) => {
+                    let (name, port) = slow.expect("the parser agrees it is valid");
+                    assert_eq!(&value[..n], name, "{value}");
+                    assert_eq!(value.len() > n, port.is_some(), "{value}");
+                }
+                // IPv6 literals always take the full parse.
+                None if value.starts_with('[') => {}
+                None => assert!(
+                    slow.map_or(true, |(name, port)| {
+                        let rebuilt = match port {
+                            Some(p) => format!("{name}:{p}"),
+                            None => name,
+                        };
+                        rebuilt != value
+                    }),
+                    "{value} is canonical but took the slow path"
+                ),
+            }
+        }
     }
 
     #[test]
@@ -611,6 +753,12 @@ mod tests {
             let _ = path(&format!("/{text}"));
             let _ = host(&raw);
             let _ = match_key(&text);
+            // The no-copy Host check only ever accepts what the parser keeps as is.
+            if let Some(n) = canonical_name_len(&raw) {
+                let (name, port) = host(&raw).expect("valid");
+                prop_assert_eq!(name.as_bytes(), &raw[..n]);
+                prop_assert_eq!(port.is_some(), raw.len() > n);
+            }
         }
 
         #[test]

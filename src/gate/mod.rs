@@ -30,7 +30,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::header::{self, HeaderName};
+use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
@@ -50,8 +50,7 @@ use limits::{AddressLimit, ClientLimits};
 pub use rooms::{Room, Rooms};
 use tickets::Tickets;
 
-/// The origin's way to end a visitor's session early (`revoke`).
-pub const X_WAITROOM_COMMAND: HeaderName = HeaderName::from_static("x-waitroom-command");
+pub use crate::proxy::X_WAITROOM_COMMAND;
 
 /// The gate in force; a config reload swaps in a new one while requests in
 /// flight finish on the old.
@@ -83,10 +82,31 @@ pub enum GateError {
     Origin(#[from] proxy::OriginError),
 }
 
-/// What one request carries through the phases.
-pub struct Ctx {
+/// What the gate knows of a visitor's connection, worked out once when
+/// the connection is accepted.
+pub struct ConnInfo {
     /// The TCP peer.
     pub peer: SocketAddr,
+    /// The peer's address as header text (`X-Forwarded-For`).
+    pub peer_text: HeaderValue,
+    /// The worker thread serving the connection (its origin pool is used).
+    pub worker: usize,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, worker: usize) -> Self {
+        Self {
+            peer,
+            peer_text: headers::peer_text(peer.ip()),
+            worker,
+        }
+    }
+}
+
+/// What one request carries through the phases.
+pub struct Ctx<'c> {
+    /// The connection.
+    pub conn: &'c ConnInfo,
     /// The peer is a trusted proxy: its forwarding headers are believed.
     pub peer_trusted: bool,
     /// The visitor's address (the peer, or from a trusted proxy's
@@ -96,10 +116,6 @@ pub struct Ctx {
     pub canonical: Canonical,
     /// The one clock read of this request.
     pub now: Millis,
-    /// The visitor asked for JSON (`Accept: application/json`).
-    pub wants_json: bool,
-    /// The worker thread serving the request.
-    pub worker: usize,
 }
 
 /// The outcome of the ticket phase.
@@ -252,22 +268,16 @@ impl Gate {
         }
     }
 
-    /// Answers one visitor request on worker `worker` (whose origin
-    /// connections it uses). Never fails: every error becomes a page.
-    pub async fn handle(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-        worker: usize,
-    ) -> Response<Body> {
+    /// Answers one visitor request. Never fails: every error becomes a page.
+    pub async fn handle(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
         if !self.access_log {
-            let resp = self.phases(req, peer, worker).await;
+            let resp = self.phases(req, conn).await;
             self.telemetry.metrics.response(resp.status());
             return resp;
         }
         let started = Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-        let resp = self.phases(req, peer, worker).await;
+        let resp = self.phases(req, conn).await;
         self.telemetry.metrics.response(resp.status());
         tracing::info!(
             target: "waitroom::access",
@@ -275,46 +285,40 @@ impl Gate {
             path,
             status = resp.status().as_u16(),
             ms = started.elapsed().as_secs_f64() * 1000.0,
-            peer = %peer.ip(),
+            peer = %conn.peer.ip(),
             "access"
         );
         resp
     }
 
-    async fn phases(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-        worker: usize,
-    ) -> Response<Body> {
+    async fn phases(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
         // Phase 1: canonical.
         let canonical = match Canonical::of(&req) {
             Ok(c) => c,
             Err(why) => {
-                tracing::debug!(%peer, %why, "request refused");
+                tracing::debug!(peer = %conn.peer, %why, "request refused");
                 return bad_request(refusal_text(why));
             }
         };
+        let peer = conn.peer.ip();
         let ctx = Ctx {
-            peer,
-            peer_trusted: headers::is_trusted(peer.ip(), &self.trusted_proxies),
-            client: headers::client_ip(req.headers(), peer.ip(), &self.trusted_proxies),
+            conn,
+            peer_trusted: headers::is_trusted(peer, &self.trusted_proxies),
+            client: headers::client_ip(req.headers(), peer, &self.trusted_proxies),
             canonical,
             now: self.clock.now_ms(),
-            wants_json: wants_json(&req),
-            worker,
         };
 
         // Phase 2: route.
         if let Some(rest) = ctx
             .canonical
-            .path
+            .path()
             .strip_prefix(self.reserved_prefix.as_str())
         {
             return self.reserved(&req, rest, &ctx).await;
         }
         let key = ctx.canonical.match_key();
-        let Some(room) = self.rooms.matching(&ctx.canonical.host, &key).cloned() else {
+        let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
                 Unmatched::Forward => self.forward(req, &ctx, None).await,
                 Unmatched::NotFound => not_found(),
@@ -344,16 +348,16 @@ impl Gate {
                 pages::queue(
                     &room,
                     &status,
-                    ctx.wants_json,
+                    wants_json(&req),
                     self.status_url(&room),
                     ctx.now,
                     Some(cookie),
                 )
             }
-            Decision::Rejected(reason) => pages::rejected(&room, reason, ctx.wants_json),
-            Decision::SlowDown(wait) => pages::slow_down(&room, wait, ctx.wants_json),
+            Decision::Rejected(reason) => pages::rejected(&room, reason, wants_json(&req)),
+            Decision::SlowDown(wait) => pages::slow_down(&room, wait, wants_json(&req)),
             Decision::TooManyArrivals(wait) => {
-                pages::too_many_arrivals(&room, wait, ctx.wants_json)
+                pages::too_many_arrivals(&room, wait, wants_json(&req))
             }
             // `ticket` turns an ended place into a new arrival.
             Decision::Ended => pages::store_unavailable(&room),
@@ -365,7 +369,7 @@ impl Gate {
         &self,
         room: &Room,
         req: &Request<Incoming>,
-        ctx: &Ctx,
+        ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
         let now = ctx.now;
         match self.tickets.open(room, req.headers(), now) {
@@ -422,7 +426,7 @@ impl Gate {
         room: &Room,
         visitor: VisitorId,
         seq: u64,
-        ctx: &Ctx,
+        ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
         if let Err(wait) = room
             .poll_limit
@@ -440,7 +444,7 @@ impl Gate {
 
     /// A visitor without a usable ticket: one decision, unless its address
     /// asks for new tickets too fast.
-    async fn new_visitor(&self, room: &Room, ctx: &Ctx) -> Result<Decision, StoreError> {
+    async fn new_visitor(&self, room: &Room, ctx: &Ctx<'_>) -> Result<Decision, StoreError> {
         if let Err(wait) = self.limits.arrivals.check(ctx.client) {
             room.metrics.limited.inc();
             return Ok(Decision::TooManyArrivals(wait));
@@ -477,7 +481,7 @@ impl Gate {
         &self,
         room: &Room,
         req: Request<Incoming>,
-        ctx: &Ctx,
+        ctx: &Ctx<'_>,
         error: StoreError,
     ) -> Response<Body> {
         tracing::debug!(room = %room.config.id, %error, "store call failed");
@@ -495,29 +499,28 @@ impl Gate {
     async fn forward(
         &self,
         req: Request<Incoming>,
-        ctx: &Ctx,
+        ctx: &Ctx<'_>,
         admitted: Option<(&Room, VisitorId, Option<Ticket>)>,
     ) -> Response<Body> {
         let out = Outbound {
-            peer: ctx.peer.ip(),
+            peer_text: &ctx.conn.peer_text,
             peer_trusted: ctx.peer_trusted,
             canonical: &ctx.canonical,
             visitor: admitted.as_ref().map(|(_, v, _)| *v),
-            worker: ctx.worker,
+            worker: ctx.conn.worker,
         };
         let started = Instant::now();
         let forwarded = self.proxy.forward(req, &out).await;
         self.telemetry
             .metrics
             .origin_latency(started.elapsed().as_secs_f64());
-        let mut resp = match forwarded {
-            Ok(resp) => resp,
+        let (mut resp, command) = match forwarded {
+            Ok(forwarded) => forwarded,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
                 return pages::origin_error(&e);
             }
         };
-        let command = resp.headers_mut().remove(&X_WAITROOM_COMMAND);
         let Some((room, visitor, ticket)) = admitted else {
             return resp;
         };
@@ -548,7 +551,7 @@ impl Gate {
     }
 
     /// Phase 2 for the daemon's own paths.
-    async fn reserved(&self, req: &Request<Incoming>, rest: &str, ctx: &Ctx) -> Response<Body> {
+    async fn reserved(&self, req: &Request<Incoming>, rest: &str, ctx: &Ctx<'_>) -> Response<Body> {
         match (req.method(), rest) {
             (&Method::GET, "status") => self.status_endpoint(req, ctx).await,
             (&Method::GET, "health") => text(StatusCode::OK, "ok"),
@@ -559,15 +562,14 @@ impl Gate {
     /// `GET /__waitroom/status?room=ID`: the visitor's standing, as JSON.
     /// A queued visitor's call is a poll (and may admit them), through the
     /// same path as a page load.
-    async fn status_endpoint(&self, req: &Request<Incoming>, ctx: &Ctx) -> Response<Body> {
+    async fn status_endpoint(&self, req: &Request<Incoming>, ctx: &Ctx<'_>) -> Response<Body> {
         let room_id = ctx
             .canonical
-            .query
-            .as_deref()
+            .query()
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
         let room = match room_id {
             Some(id) => self.rooms.by_id(id),
-            None => self.rooms.matching(&ctx.canonical.host, "/"),
+            None => self.rooms.matching(ctx.canonical.host(), "/"),
         };
         let Some(room) = room.cloned() else {
             return json(

@@ -34,6 +34,9 @@ pub struct Room {
     pub fingerprint: u64,
     /// `waitroom_<id>`.
     pub cookie_name: String,
+    /// Finds the cookie name in a `Cookie` header (built once: building
+    /// costs more than searching).
+    pub cookie_finder: memchr::memmem::Finder<'static>,
     pub check_in_interval_ms: u64,
     pub template: Template,
     /// Observed admission rate, for the ETA.
@@ -57,6 +60,8 @@ impl Room {
             applied_revision: Mutex::new(0),
             base_policy,
             cookie_name: format!("{COOKIE_PREFIX}{}", config.id),
+            cookie_finder: memchr::memmem::Finder::new(&format!("{COOKIE_PREFIX}{}", config.id))
+                .into_owned(),
             check_in_interval_ms: config.check_in_interval().as_millis() as u64,
             template,
             rate: RateTracker::default(),

@@ -1,5 +1,17 @@
 //! The room's ticket cookie as the gate uses it: opened from the request,
 //! built for an admission or a queue place, and written as `Set-Cookie`.
+//!
+//! An admitted visitor sends the same cookie with every request until its
+//! next check-in, and opening it (base64, AES-GCM) was the largest part of
+//! the gate's own work per forwarded request. So each thread remembers the
+//! tickets it opened, by key ring, room and exact cookie value: the same
+//! bytes always open to the same ticket, and the expiry is checked at every
+//! use. Only cookies that opened are remembered.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cookie::{Cookie, SameSite};
 use http::HeaderMap;
@@ -11,22 +23,112 @@ use crate::ticket::{Grant, KeyRing, Ticket};
 
 use super::rooms::Room;
 
+/// Most tickets a thread remembers; past it the memory starts over (a few
+/// MB at most).
+const OPENED_MAX: usize = 32_768;
+
+/// Tells key rings apart, so a reload's new keys never see the old ring's tickets.
+static RINGS: AtomicU64 = AtomicU64::new(1);
+
+/// Hashes a cookie value by eight of its characters from the nonce, which
+/// is random for every cookie sealed: as good a spread as a full hash, for
+/// a fraction of the work. Only cookies that opened are ever stored, so
+/// nobody can choose keys that collide.
+#[derive(Default, Clone, Copy)]
+struct NonceHasher(u64);
+
+impl Hasher for NonceHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        match bytes.get(4..12) {
+            Some(nonce) => {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(nonce);
+                self.0 ^= u64::from_le_bytes(word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            }
+            None => {
+                for b in bytes {
+                    self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A ticket this thread opened, and the room it opened for.
+struct Remembered {
+    room: Box<str>,
+    ticket: Ticket,
+}
+
+/// Tickets this thread opened with one key ring, by cookie value.
+#[derive(Default)]
+struct Opened {
+    ring: u64,
+    by_cookie: HashMap<Box<[u8]>, Remembered, BuildHasherDefault<NonceHasher>>,
+}
+
+thread_local! {
+    static OPENED: RefCell<Opened> = RefCell::new(Opened::default());
+}
+
 /// The key ring and the cookie attributes.
 pub struct Tickets {
     keys: KeyRing,
+    /// Which ring this is, for the per-thread memory of opened tickets.
+    ring: u64,
     /// Mark cookies `Secure`.
     secure: bool,
 }
 
 impl Tickets {
     pub fn new(keys: KeyRing, secure: bool) -> Self {
-        Self { keys, secure }
+        Self {
+            keys,
+            ring: RINGS.fetch_add(1, Ordering::Relaxed),
+            secure,
+        }
     }
 
-    /// The room's ticket in the request, if it opens (every failure is "none").
+    /// The room's ticket in the request, if it opens and has not expired
+    /// (every failure is "none").
     pub fn open(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
-        headers::cookie(headers, &room.cookie_name)
-            .and_then(|v| self.keys.open(&room.config.id, v, now).ok())
+        let value = headers::cookie_bytes(headers, &room.cookie_finder)?;
+        let id = room.config.id.as_str();
+        let remembered = OPENED.with(|opened| {
+            let mut opened = opened.borrow_mut();
+            if opened.ring != self.ring {
+                opened.by_cookie.clear();
+                opened.ring = self.ring;
+            }
+            match opened.by_cookie.get(value) {
+                Some(r) if &*r.room == id => Some(r.ticket),
+                _ => None,
+            }
+        });
+        if let Some(ticket) = remembered {
+            return (now < ticket.expires_ms).then_some(ticket);
+        }
+        let ticket = self
+            .keys
+            .open(id, std::str::from_utf8(value).ok()?, now)
+            .ok()?;
+        OPENED.with(|opened| {
+            let mut opened = opened.borrow_mut();
+            if opened.ring == self.ring {
+                if opened.by_cookie.len() >= OPENED_MAX {
+                    opened.by_cookie.clear();
+                }
+                let room = id.into();
+                opened
+                    .by_cookie
+                    .insert(value.into(), Remembered { room, ticket });
+            }
+        });
+        Some(ticket)
     }
 
     /// The ticket of an admitted visitor whose session lives until `expires`.

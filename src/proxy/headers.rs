@@ -25,26 +25,40 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Removes hop-by-hop headers, including those the `Connection` header names.
-/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so a
-/// WebSocket handshake can pass through.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let named: Vec<HeaderName> = headers
+/// Headers named in `Connection`: they too describe only this connection.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    let upgrade = headers.get(header::UPGRADE).cloned();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        .collect()
+}
+
+/// Removes every header `doomed` says must go, in one pass over the names
+/// (the common request has none to remove and allocates nothing).
+fn remove_where(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
+    let names: Vec<HeaderName> = headers.keys().filter(|n| doomed(n)).cloned().collect();
+    for name in names {
         headers.remove(name);
     }
-    if keep_upgrade {
-        if let Some(upgrade) = upgrade {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            headers.insert(header::UPGRADE, upgrade);
-        }
+}
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so a
+/// WebSocket handshake can pass through.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named = connection_named(headers);
+    let upgrade = if keep_upgrade {
+        headers.get(header::UPGRADE).cloned()
+    } else {
+        None
+    };
+    remove_where(headers, |n| HOP_BY_HOP.contains(n) || named.contains(n));
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade);
     }
 }
 
@@ -123,29 +137,89 @@ fn not_from_visitors(name: &HeaderName, peer_trusted: bool) -> bool {
 /// Removes from a visitor's request what only we may tell the origin: our
 /// headers in every spelling, forwarding headers a visitor made up, and
 /// our cookies. Hop-by-hop headers go too (before anything of ours is
-/// added, so `Connection: x-waitroom-visitor` cannot remove what we add).
-pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, keep_upgrade: bool) {
-    strip_hop_by_hop(headers, keep_upgrade);
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| not_from_visitors(name, peer_trusted))
-        .cloned()
-        .collect();
-    for name in doomed {
-        headers.remove(name);
+/// added, so `Connection: x-waitroom-visitor` cannot remove what we add),
+/// except, when `upgrades` allows it, `Upgrade` with `Connection: upgrade`.
+/// One pass over the header names. Returns whether an upgrade was kept.
+pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, upgrades: bool) -> bool {
+    let mut connection = false;
+    let mut upgrade = false;
+    let mut doomed = false;
+    for name in headers.keys() {
+        connection |= name == header::CONNECTION;
+        upgrade |= name == header::UPGRADE;
+        doomed |= HOP_BY_HOP.contains(name) || not_from_visitors(name, peer_trusted);
+    }
+    let kept_upgrade = if upgrades && upgrade {
+        headers.get(header::UPGRADE).cloned()
+    } else {
+        None
+    };
+    if doomed {
+        let named = if connection {
+            connection_named(headers)
+        } else {
+            Vec::new()
+        };
+        remove_where(headers, |n| {
+            HOP_BY_HOP.contains(n) || named.contains(n) || not_from_visitors(n, peer_trusted)
+        });
+    }
+    let kept = kept_upgrade.is_some();
+    if let Some(upgrade) = kept_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade);
     }
     strip_own_cookies(headers);
+    kept
+}
+
+/// Removes from the origin's response what describes only the origin's
+/// connection (hop-by-hop headers, those `Connection` names) and returns
+/// its `X-Waitroom-Command`, also removed. One pass over the names.
+pub fn sanitize_outbound(headers: &mut HeaderMap, command: &HeaderName) -> Option<HeaderValue> {
+    let mut connection = false;
+    let mut doomed = false;
+    let mut has_command = false;
+    for name in headers.keys() {
+        connection |= name == header::CONNECTION;
+        doomed |= HOP_BY_HOP.contains(name);
+        has_command |= name == command;
+    }
+    let command = if has_command {
+        headers.remove(command)
+    } else {
+        None
+    };
+    if doomed {
+        let named = if connection {
+            connection_named(headers)
+        } else {
+            Vec::new()
+        };
+        remove_where(headers, |n| HOP_BY_HOP.contains(n) || named.contains(n));
+    }
+    command
 }
 
 /// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
-/// peer appended) only when the peer is trusted; otherwise they are replaced.
-pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host: HeaderValue) {
+/// peer appended) only when the peer is trusted; otherwise they are
+/// replaced. `peer` is the peer address as header text (formatted once per
+/// connection).
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: &HeaderValue,
+    trusted: bool,
+    host: HeaderValue,
+) {
     let prior_for = trusted.then(|| joined(headers, &X_FORWARDED_FOR)).flatten();
     let xff = match prior_for {
-        Some(prior) => format!("{prior}, {peer}"),
-        None => peer.to_string(),
+        Some(prior) => {
+            let peer = peer.to_str().unwrap_or_default();
+            HeaderValue::from_str(&format!("{prior}, {peer}")).ok()
+        }
+        None => Some(peer.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR, v);
     }
     if !(trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
@@ -154,6 +228,11 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, host:
     if !(trusted && headers.contains_key(&X_FORWARDED_HOST)) {
         headers.insert(X_FORWARDED_HOST, host);
     }
+}
+
+/// The peer address as header text.
+pub fn peer_text(peer: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&peer.to_string()).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
@@ -182,14 +261,25 @@ fn is_ours(pair: &str) -> bool {
 
 /// Removes the daemon's cookies from the `Cookie` header(s), keeping the rest.
 pub fn strip_own_cookies(headers: &mut HeaderMap) {
-    let lines = headers.get_all(header::COOKIE);
-    let (count, readable) = (
-        lines.iter().count(),
-        lines.iter().all(|v| v.to_str().is_ok()),
-    );
-    // The common case needs no new header: one readable line without ours.
-    if count == 0 || (count == 1 && readable && !cookie_pairs(headers).any(is_ours)) {
-        return;
+    let mut lines = headers.get_all(header::COOKIE).iter();
+    match (lines.next(), lines.next()) {
+        (None, _) => return,
+        // The common cases: one line without ours (left as is), or one
+        // line that is only ours (removed).
+        (Some(line), None) => {
+            static OURS: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+                std::sync::LazyLock::new(|| memchr::memmem::Finder::new(COOKIE_PREFIX.as_bytes()));
+            let bytes = line.as_bytes();
+            let prefix = COOKIE_PREFIX.as_bytes();
+            if OURS.find(bytes).is_none() {
+                return;
+            }
+            if bytes.starts_with(prefix) && !bytes.contains(&b';') {
+                headers.remove(header::COOKIE);
+                return;
+            }
+        }
+        _ => {}
     }
     let mut kept = String::new();
     for pair in cookie_pairs(headers).filter(|c| !c.is_empty() && !is_ours(c)) {
@@ -208,10 +298,43 @@ pub fn strip_own_cookies(headers: &mut HeaderMap) {
 
 /// The value of the cookie `name`, if the request carries it.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    cookie_pairs(headers)
-        .filter_map(|c| c.split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.trim_matches('"'))
+    cookie_bytes(headers, &memchr::memmem::Finder::new(name))
+        .and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// The value of the cookie whose name `finder` searches for, as bytes:
+/// found with a substring search (this runs on every request; build the
+/// finder once), then checked to start a `name=value` pair; quotes around
+/// the value are removed.
+pub fn cookie_bytes<'a>(
+    headers: &'a HeaderMap,
+    finder: &memchr::memmem::Finder<'_>,
+) -> Option<&'a [u8]> {
+    let name = finder.needle();
+    for line in headers.get_all(header::COOKIE) {
+        let line = line.as_bytes();
+        for at in finder.find_iter(line) {
+            let before = line[..at].trim_ascii_end();
+            if !(before.is_empty() || before.ends_with(b";")) {
+                continue;
+            }
+            let Some(rest) = line[at + name.len()..]
+                .trim_ascii_start()
+                .strip_prefix(b"=")
+            else {
+                continue;
+            };
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let value = rest[..end].trim_ascii();
+            return Some(
+                value
+                    .strip_prefix(b"\"")
+                    .and_then(|v| v.strip_suffix(b"\""))
+                    .unwrap_or(value),
+            );
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -262,7 +385,7 @@ mod tests {
         ]);
         set_forwarded(
             &mut h,
-            peer,
+            &peer_text(peer),
             false,
             HeaderValue::from_static("shop.example"),
         );
@@ -274,7 +397,12 @@ mod tests {
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
         ]);
-        set_forwarded(&mut h, peer, true, HeaderValue::from_static("shop.example"));
+        set_forwarded(
+            &mut h,
+            &peer_text(peer),
+            true,
+            HeaderValue::from_static("shop.example"),
+        );
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "https");
     }

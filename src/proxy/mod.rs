@@ -5,11 +5,7 @@
 pub mod headers;
 pub mod pool;
 
-use std::net::IpAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::HeaderName;
@@ -62,8 +58,8 @@ pub struct Proxy {
 
 /// What the gate decided about a request, for the forwarding step.
 pub struct Outbound<'a> {
-    /// The TCP peer.
-    pub peer: IpAddr,
+    /// The TCP peer's address as header text.
+    pub peer_text: &'a HeaderValue,
     /// Whether the peer is a trusted proxy (its `X-Forwarded-*` are kept).
     pub peer_trusted: bool,
     /// The request as the gate matched it; the origin receives this.
@@ -103,7 +99,8 @@ impl Proxy {
         &self.pools[worker % self.pools.len()]
     }
 
-    /// Sends `req` to the origin and returns its response, bodies streaming.
+    /// Sends `req` to the origin and returns its response, bodies
+    /// streaming, with the origin's `X-Waitroom-Command` taken out of it.
     /// The origin receives the canonical path and host, our own headers
     /// (set here, after the visitor's spellings of them are removed), and
     /// none of the daemon's cookies or the hop-by-hop headers.
@@ -111,40 +108,36 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         out: &Outbound<'_>,
-    ) -> Result<Response<Body>, OriginError> {
-        let upgrade =
-            req.headers().contains_key(header::UPGRADE) && req.version() == Version::HTTP_11;
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-
-        let target = out.canonical.path_and_query();
+    ) -> Result<(Response<Body>, Option<HeaderValue>), OriginError> {
+        let target = &out.canonical.target;
         let path_and_query = if self.base_path.is_empty() {
-            PathAndQuery::try_from(target.as_ref())
+            target.clone()
         } else {
             PathAndQuery::try_from(format!("{}{target}", self.base_path))
-        }
-        .map_err(|e| OriginError::BadRequest(e.to_string()))?;
+                .map_err(|e| OriginError::BadRequest(e.to_string()))?
+        };
         *req.uri_mut() = Uri::from(path_and_query);
+        let upgrades = req.version() == Version::HTTP_11;
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
-        headers::sanitize_inbound(headers, out.peer_trusted, upgrade);
-        let host = out.canonical.host_header.clone();
-        headers::set_forwarded(headers, out.peer, out.peer_trusted, host.clone());
-        headers.insert(header::HOST, host);
+        let upgrade = headers::sanitize_inbound(headers, out.peer_trusted, upgrades);
+        let host = &out.canonical.host_header;
+        headers::set_forwarded(headers, out.peer_text, out.peer_trusted, host.clone());
+        // The visitor's own Host is kept when it was canonical already.
+        if headers.get(header::HOST) != Some(host) {
+            headers.insert(header::HOST, host.clone());
+        }
         if let Some(visitor) = out.visitor {
-            if let Ok(v) = HeaderValue::from_str(&visitor.to_hex()) {
+            if let Ok(v) = HeaderValue::from_bytes(&visitor.hex()) {
                 headers.insert(X_WAITROOM_VISITOR, v);
             }
         }
-        let body_failed = Arc::new(AtomicBool::new(false));
-        let req = req.map(|body| Watched::new(body, body_failed.clone()));
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
         let pool = self.pool(out.worker);
         let sent = tokio::time::timeout(self.timeout, pool.send(req, !upgrade)).await;
         let mut resp = match sent {
             Err(_) => return Err(OriginError::Timeout(self.timeout)),
-            Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
-                return Err(OriginError::Downstream(e.to_string()))
-            }
             Ok(Err(e)) => return Err(e),
             Ok(Ok(resp)) => resp,
         };
@@ -165,55 +158,21 @@ impl Proxy {
                     }
                 });
                 let (mut parts, _) = resp.into_parts();
+                let command = parts.headers.remove(&X_WAITROOM_COMMAND);
                 headers::strip_hop_by_hop(&mut parts.headers, true);
-                return Ok(Response::from_parts(parts, crate::body::empty()));
+                return Ok((Response::from_parts(parts, crate::body::empty()), command));
             }
         }
         let (mut parts, body) = resp.into_parts();
-        headers::strip_hop_by_hop(&mut parts.headers, false);
-        Ok(Response::from_parts(parts, boxed(body)))
+        let command = headers::sanitize_outbound(&mut parts.headers, &X_WAITROOM_COMMAND);
+        Ok((Response::from_parts(parts, boxed(body)), command))
     }
 }
 
 /// Tells the origin who the admitted visitor is.
 pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-visitor");
-
-/// A visitor's request body on its way to the origin, remembering whether
-/// it failed, so that a broken upload is answered as the visitor's fault.
-pub struct Watched {
-    inner: Incoming,
-    failed: Arc<AtomicBool>,
-}
-
-impl Watched {
-    fn new(inner: Incoming, failed: Arc<AtomicBool>) -> Self {
-        Self { inner, failed }
-    }
-}
-
-impl http_body::Body for Watched {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &polled {
-            self.failed.store(true, Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The origin's way to end a visitor's session early (`revoke`).
+pub const X_WAITROOM_COMMAND: HeaderName = HeaderName::from_static("x-waitroom-command");
 
 /// `e` and its sources, for the log (never for a response body).
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -24,7 +24,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::{OriginError, Watched};
+use super::OriginError;
 
 /// Idle connections kept per worker; beyond it a returned one is closed.
 const MAX_IDLE: usize = 512;
@@ -44,7 +44,7 @@ pub struct Target {
 }
 
 struct Idle {
-    sender: SendRequest<Watched>,
+    sender: SendRequest<Incoming>,
     since: Instant,
 }
 
@@ -70,7 +70,7 @@ impl Pool {
     /// just closed it) is sent once more on a fresh connection.
     pub async fn send(
         self: &Arc<Self>,
-        req: Request<Watched>,
+        req: Request<Incoming>,
         reusable: bool,
     ) -> Result<Response<Pooled>, OriginError> {
         let (mut sender, reused) = self.checkout().await?;
@@ -92,7 +92,7 @@ impl Pool {
     }
 
     /// An idle connection that is ready, or a new one; and whether it was reused.
-    async fn checkout(&self) -> Result<(SendRequest<Watched>, bool), OriginError> {
+    async fn checkout(&self) -> Result<(SendRequest<Incoming>, bool), OriginError> {
         loop {
             let idle = self
                 .idle
@@ -115,7 +115,7 @@ impl Pool {
         Ok((self.connect().await?, false))
     }
 
-    fn checkin(&self, sender: SendRequest<Watched>) {
+    fn checkin(&self, sender: SendRequest<Incoming>) {
         if sender.is_closed() {
             return;
         }
@@ -128,7 +128,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Watched>, OriginError> {
+    async fn connect(&self) -> Result<SendRequest<Incoming>, OriginError> {
         let t = &self.target;
         let stream =
             match tokio::time::timeout(t.connect_timeout, TcpStream::connect(&t.addr)).await {
@@ -163,15 +163,22 @@ impl Pool {
     }
 }
 
+/// A failed exchange with the origin, blamed on the side that failed: the
+/// visitor's own request body (a bad chunk, cut short) is "user" input to
+/// the client connection, anything else is the origin's.
 fn unreachable_error(e: &hyper::Error) -> OriginError {
-    OriginError::Unreachable(super::error_chain(e))
+    if e.is_user() {
+        OriginError::Downstream(super::error_chain(e))
+    } else {
+        OriginError::Unreachable(super::error_chain(e))
+    }
 }
 
 /// An origin response body that returns its connection to the pool when
 /// it has been read to the end.
 pub struct Pooled {
     body: Incoming,
-    home: Option<(SendRequest<Watched>, Arc<Pool>)>,
+    home: Option<(SendRequest<Incoming>, Arc<Pool>)>,
 }
 
 impl Pooled {

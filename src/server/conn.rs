@@ -154,7 +154,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for HeadWatch<T> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if !self.line_ended && buf.filled()[before..].contains(&b'\n') {
+        if !self.line_ended && memchr::memchr(b'\n', &buf.filled()[before..]).is_some() {
             self.line_ended = true;
         }
         polled

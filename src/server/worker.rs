@@ -9,24 +9,26 @@
 //! read through a per-worker cache, and the only shared writes are the
 //! metrics' counters.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{oneshot, watch};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{oneshot, watch, Notify};
 
 use super::conn::{self, Caps, HeadWatch};
 use super::{Limits, StartError};
-use crate::gate::{Gate, SharedGate};
+use crate::gate::{ConnInfo, Gate, SharedGate};
 
 /// Runs hyper's per-connection tasks (HTTP/2 streams) on the worker itself.
 #[derive(Clone, Copy)]
@@ -167,6 +169,96 @@ fn reuseport_socket(addr: SocketAddr) -> std::io::Result<TcpSocket> {
     Ok(socket)
 }
 
+/// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How the worker's connections are served, built once per worker.
+struct Serving {
+    http1: http1::Builder,
+    http2: http2::Builder<LocalExec>,
+    /// For a connection whose first bytes do not yet tell (rare).
+    auto: auto::Builder<LocalExec>,
+    header_read_timeout: Duration,
+}
+
+impl Serving {
+    fn new(limits: &Limits) -> Self {
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            // hyper refuses buffers under 8 KiB; headers past the buffer get 431.
+            .max_buf_size(limits.max_header_bytes.max(8192));
+        let mut http2 = http2::Builder::new(LocalExec);
+        http2
+            .timer(TokioTimer::new())
+            .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
+        let mut auto = auto::Builder::new(LocalExec);
+        auto.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(limits.max_header_bytes.max(8192));
+        auto.http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
+        Self {
+            http1,
+            http2,
+            auto,
+            header_read_timeout: limits.header_read_timeout,
+        }
+    }
+}
+
+/// The connections one worker has open, so it can drain them at shutdown.
+#[derive(Clone, Default)]
+struct Open {
+    count: Rc<Cell<usize>>,
+    closed: Rc<Notify>,
+}
+
+impl Open {
+    fn enter(&self) -> OpenGuard {
+        self.count.set(self.count.get() + 1);
+        OpenGuard(self.clone())
+    }
+
+    async fn all_closed(&self) {
+        while self.count.get() > 0 {
+            self.closed.notified().await;
+        }
+    }
+}
+
+struct OpenGuard(Open);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        let open = &self.0;
+        open.count.set(open.count.get() - 1);
+        open.closed.notify_waiters();
+    }
+}
+
+/// Runs a connection to its end; when the worker is told to stop, asks it
+/// to finish the request in flight and close.
+async fn drive<C, E>(
+    conn: C,
+    shutdown: impl FnOnce(Pin<&mut C>),
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => return result,
+        _ = stop.changed() => {}
+    }
+    shutdown(conn.as_mut());
+    conn.await
+}
+
 /// One worker: accepts on its own listener until told to stop, serves each
 /// connection on this thread, then drains.
 async fn run(
@@ -190,18 +282,8 @@ async fn run(
         }
     };
     let cache = Rc::new(GateCache::new(gates));
-    let mut builder = auto::Builder::new(LocalExec);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        // hyper refuses buffers under 8 KiB; headers past the buffer get 431.
-        .max_buf_size(limits.max_header_bytes.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
-    let graceful = GracefulShutdown::new();
+    let serving = Rc::new(Serving::new(&limits));
+    let open = Open::default();
     let mut backoff = Duration::from_millis(5);
 
     loop {
@@ -228,29 +310,22 @@ async fn run(
             }
         };
         let cache = cache.clone();
+        let info = Rc::new(ConnInfo::new(peer, index));
         let svc = service_fn(move |req| {
-            let gate = cache.get();
-            async move { Ok::<_, Infallible>(gate.handle(req, peer, index).await) }
+            let (gate, info) = (cache.get(), info.clone());
+            async move { Ok::<_, Infallible>(gate.handle(req, &info).await) }
         });
-        let first_byte = limits.header_read_timeout;
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let (serving, stop, open) = (serving.clone(), stop.clone(), open.enter());
         tokio::task::spawn_local(async move {
-            if !conn::first_byte(&stream, first_byte).await {
-                tracing::debug!(%peer, "connection closed: nothing sent");
-                drop(admission);
-                return;
-            }
-            let io = TokioIo::new(HeadWatch::new(stream));
-            let conn = builder.serve_connection_with_upgrades(io, svc);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
+            let _open = open;
+            let _admission = admission;
+            if let Err(e) = serve(stream, svc, &serving, stop).await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
-            drop(admission);
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+    if tokio::time::timeout(limits.drain_timeout, open.all_closed())
         .await
         .is_err()
     {
@@ -259,4 +334,40 @@ async fn run(
             "drain timed out; closing remaining connections"
         );
     }
+}
+
+/// Serves one connection as HTTP/1.1 or HTTP/2, told apart by its first
+/// bytes (peeked, so nothing is read twice).
+async fn serve<S>(
+    stream: TcpStream,
+    svc: S,
+    serving: &Serving,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: hyper::service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<crate::body::Body>,
+            Error = Infallible,
+        > + 'static,
+    S::Future: 'static,
+{
+    if !conn::first_byte(&stream, serving.header_read_timeout).await {
+        tracing::debug!("connection closed: nothing sent");
+        return Ok(());
+    }
+    let mut head = [0u8; 24];
+    let seen = stream.peek(&mut head).await.unwrap_or(0);
+    let io = TokioIo::new(HeadWatch::new(stream));
+    if !H2_PREFACE.starts_with(&head[..seen]) {
+        let conn = serving.http1.serve_connection(io, svc).with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+    } else if seen == H2_PREFACE.len() {
+        let conn = serving.http2.serve_connection(io, svc);
+        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+    } else {
+        let conn = serving.auto.serve_connection_with_upgrades(io, svc);
+        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+    }
+    Ok(())
 }

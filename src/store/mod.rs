@@ -71,8 +71,18 @@ impl VisitorId {
 
     /// Lower-case hex, 32 characters (what the origin sees and Redis stores).
     pub fn to_hex(&self) -> String {
-        // One formatting call for all 16 bytes (this runs on every proxied request).
-        format!("{:032x}", u128::from_be_bytes(self.0))
+        String::from_utf8_lossy(&self.hex()).into_owned()
+    }
+
+    /// The hex digits without an allocation (this runs on every proxied request).
+    pub fn hex(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 0xF)];
+        }
+        out
     }
 
     pub fn from_hex(s: &str) -> Option<Self> {
