@@ -184,14 +184,33 @@ pub struct Message<'a> {
     pub refresh_seconds: u64,
 }
 
-pub fn render_message(message: &Message<'_>) -> String {
+/// The message page, compiled once: it answers floods (429s, 503s), so it
+/// must be cheap.
+static MESSAGES: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
-    env.render_str(
-        MESSAGE_TEMPLATE,
-        context! { title => message.title, text => message.text, refresh_seconds => message.refresh_seconds },
-    )
-    .unwrap_or_else(|_| format!("<!doctype html><title>{0}</title><h1>{0}</h1>", "Please try again later"))
+    if let Err(e) = env.add_template("message.html", MESSAGE_TEMPLATE) {
+        tracing::error!(error = %e, "the built-in message page does not compile");
+    }
+    env
+});
+
+pub fn render_message(message: &Message<'_>) -> String {
+    MESSAGES
+        .get_template("message.html")
+        .and_then(|t| {
+            t.render(context! {
+                title => message.title,
+                text => message.text,
+                refresh_seconds => message.refresh_seconds,
+            })
+        })
+        .unwrap_or_else(|_| {
+            format!(
+                "<!doctype html><title>{0}</title><h1>{0}</h1>",
+                "Please try again later"
+            )
+        })
 }
 
 #[cfg(test)]

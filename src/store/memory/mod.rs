@@ -48,6 +48,29 @@ use crate::clock::Millis;
 use queue::{Idx, Queue};
 use sessions::{RateWindow, Sessions};
 
+/// Hashes a visitor id by its first eight bytes. Ids are 128 random bits
+/// the daemon draws itself (a client can only present one inside an
+/// authenticated ticket), so they need no keyed hash to spread well or to
+/// resist flooding; SipHash cost more than the rest of a lookup.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct VisitorHasher(u64);
+
+impl std::hash::Hasher for VisitorHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut word = [0u8; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.0 ^= u64::from_le_bytes(word);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map keyed by visitor id.
+pub(crate) type VisitorMap<V> = HashMap<VisitorId, V, std::hash::BuildHasherDefault<VisitorHasher>>;
+
 /// Above this many slots, a table that empties is given back to the
 /// allocator (below it, keeping it saves reallocating for the next visitor).
 pub(crate) const SPIKE: usize = 4096;

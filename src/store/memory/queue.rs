@@ -3,23 +3,22 @@
 //! queue of a million and a poll is O(1).
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
-use super::SPIKE;
+use super::{VisitorMap, SPIKE};
 use crate::clock::Millis;
 use crate::store::{QueuePlace, VisitorId};
 
 /// The waiting visitors: their entries plus a lookup by visitor.
 pub(super) struct Queue {
     pub(super) entries: Entries,
-    by_visitor: HashMap<VisitorId, Idx>,
+    by_visitor: VisitorMap<Idx>,
 }
 
 impl Queue {
     pub(super) fn new() -> Self {
         Self {
             entries: Entries::new(rand::random()),
-            by_visitor: HashMap::new(),
+            by_visitor: VisitorMap::default(),
         }
     }
 

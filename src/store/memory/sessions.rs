@@ -1,15 +1,15 @@
 //! Sessions and the sliding rate window of one room in the memory store.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
-use super::SPIKE;
+use super::{VisitorMap, SPIKE};
 use crate::clock::Millis;
 use crate::store::{VisitorId, RATE_WINDOW_MS};
 
 /// Live sessions, with an expiry index so expiring them costs O(log n) each.
 #[derive(Default)]
 pub(super) struct Sessions {
-    pub(super) expiry: HashMap<VisitorId, Millis>,
+    pub(super) expiry: VisitorMap<Millis>,
     by_expiry: BTreeSet<(Millis, VisitorId)>,
 }
 
