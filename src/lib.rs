@@ -4,19 +4,25 @@
 //! frees up. See `README.md` for operation and `docs/request-phases.md` for
 //! the request path.
 //!
-//! Modules, and what each owns:
+//! Modules, and what each owns (each depends only on those listed after it):
 //!
-//! * [`server`]: listeners, connection limits, lifecycle (`Daemon`, `run`).
-//! * [`admin`]: the operator's API, metrics, history and dashboard.
-//! * [`gate`]: the admission phases of every visitor request (route, bypass,
-//!   ticket, respond), rooms and the ETA.
-//! * [`proxy`]: forwarding to the origin (pooled client, streaming, headers,
-//!   upgrades, time limits).
-//! * [`queue_page`]: the queue page template, status JSON and message pages.
+//! * [`server`]: listeners and lifecycle (`Daemon`, `run`); `worker`: one
+//!   thread per core with its own listener, connections and origin pool;
+//!   `conn`: connection caps and the first-byte timeout.
+//! * [`admin`]: the operator's API and dashboard on the admin listener.
+//! * [`gate`]: the request path, phase by phase (canonical, route, bypass,
+//!   ticket, respond): rooms, the store guard, tickets, pages, limits, ETA.
+//! * [`proxy`]: forwarding to the origin (per-worker pools, header
+//!   rewriting, streaming, upgrades, time limits).
+//! * [`telemetry`]: metrics and history (written by the gate, read by admin).
+//! * [`config`]: the TOML file, validated into typed configuration.
 //! * [`ticket`]: the sealed ticket cookie (AES-256-GCM, key ring, room binding).
 //! * [`store`]: all shared room state behind the `Store` trait; `memory` and
 //!   `redis` backends.
-//! * [`config`]: the TOML file, validated into typed configuration.
+//! * [`respond`]: building the daemon's own responses.
+//! * [`queue_page`]: the queue page template, status JSON and message pages.
+//! * [`canonical`]: the one spelling of a request's path and host.
+//! * [`secret`]: secrets, cookie keys, constant-time comparison.
 //! * [`clock`]: wall-clock time as an injected input.
 //! * [`demo`]: a tiny origin for the demo command and for trying things out.
 //! * [`body`]: the body type shared by every response.

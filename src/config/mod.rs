@@ -1,10 +1,14 @@
 //! The daemon's configuration: the validated, typed form everything else reads.
 //!
 //! `raw` holds the serde image of the TOML file (unknown keys rejected);
-//! `load`/`from_toml_str` turn it into a [`Config`], checking every value and
-//! naming the key in every error, before any socket is bound.
+//! `load` has the entry points (`load`, `from_toml_str`) that turn it into a
+//! [`Config`]; `check` validates every value and `keypath` names the key
+//! and line of every problem, before any socket is bound.
 
 pub mod bounds;
+mod check;
+mod keypath;
+mod load;
 mod raw;
 
 use std::net::SocketAddr;
@@ -17,7 +21,7 @@ use ipnet::IpNet;
 use crate::store::{QueueingMethod, RoomPolicy, RoomState};
 
 pub use crate::secret::{Secret, Secret32};
-pub use raw::{
+pub use load::{
     from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
     ConfigError, LoadOptions, Location, Problem,
 };

@@ -1,0 +1,942 @@
+//! Validation: walks the raw config, checks every value against what is
+//! allowed, and builds the typed [`Config`]. Every problem is recorded with
+//! its key path (all of them, not just the first), and defaults stand in
+//! for bad values so one pass finds everything.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use toml::de::DeTable;
+
+use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT};
+use super::keypath::{location, span_of, KeyPath};
+use super::load::{LoadOptions, Problem};
+use super::raw::*;
+use super::{
+    Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
+    ServerConfig, StoreConfig, Unmatched,
+};
+use crate::store::{QueueingMethod, RoomState};
+
+/// Defaults for every optional key; `config/example.toml` shows the same values.
+mod defaults {
+    use std::time::Duration;
+
+    pub const LISTEN: &str = "0.0.0.0:8080";
+    pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
+    pub const ADMIN_TOKEN_ENV: &str = "WAITROOM_ADMIN_TOKEN";
+    pub const RESERVED_PREFIX: &str = "/__waitroom/";
+    pub const MAX_CONNECTIONS: u64 = 10_000;
+    pub const MAX_HEADER_BYTES: u64 = 16_384;
+    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const STORE_TIMEOUT: Duration = Duration::from_millis(50);
+    pub const KEYS_ENV: &str = "WAITROOM_COOKIE_KEYS";
+    pub const ORIGIN_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const ORIGIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const SESSION_DURATION: Duration = Duration::from_secs(5 * 60);
+    pub const REFRESH_INTERVAL: Duration = Duration::from_secs(20);
+    pub const ABANDON_AFTER: Duration = Duration::from_secs(2 * 60);
+    pub const QUEUE_STATUS_CODE: u64 = 200;
+    pub const MAX_CONNECTIONS_PER_IP: u64 = 512;
+    pub const IP_POLLS_PER_SECOND: u32 = 50;
+    pub const IP_POLL_BURST: u32 = 200;
+    pub const IP_ARRIVALS_PER_SECOND: u32 = 20;
+    pub const IP_ARRIVAL_BURST: u32 = 200;
+}
+
+/// Most worker threads.
+const MAX_WORKERS: u64 = 256;
+
+/// Below hyper's smallest read buffer (8 KiB) the HTTP/1 builder panics.
+const MIN_HEADER_BYTES: u64 = 8192;
+const MAX_HEADER_BYTES: u64 = 1024 * 1024;
+
+/// Walks the raw config, recording problems and substituting defaults so one
+/// pass finds every problem; the result is used only when none was found.
+pub(super) struct Checker<'a, 'i> {
+    pub(super) src: &'a str,
+    pub(super) tree: &'a DeTable<'i>,
+    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    pub(super) problems: Vec<Problem>,
+}
+
+fn root() -> KeyPath {
+    KeyPath::default()
+}
+
+impl Checker<'_, '_> {
+    fn fail(&mut self, path: &KeyPath, message: impl Into<String>) {
+        let at = span_of(self.tree, path).map(|s| location(self.src, s.start));
+        self.problems.push(Problem {
+            key: path.to_string(),
+            location: at,
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn config(&mut self, raw: RawConfig, options: LoadOptions) -> Config {
+        let server = self.server(raw.server);
+        let store = self.store(raw.store);
+        let cookie = self.cookie(raw.cookie, options);
+        let origin = self.origin(raw.origin);
+        let rooms = self.rooms(raw.room, &server.reserved_prefix);
+        Config {
+            server,
+            store,
+            cookie,
+            origin,
+            rooms,
+        }
+    }
+
+    fn server(&mut self, raw: RawServer) -> ServerConfig {
+        let p = root().key("server");
+        let listen = self.socket_addr(&p.key("listen"), raw.listen, defaults::LISTEN);
+        let admin_listen = self.socket_addr(
+            &p.key("admin_listen"),
+            raw.admin_listen,
+            defaults::ADMIN_LISTEN,
+        );
+        if listen == admin_listen && listen.port() != 0 {
+            self.fail(
+                &p.key("admin_listen"),
+                format!("{admin_listen} is also server.listen; the admin listener needs its own address"),
+            );
+        }
+        let admin_token = self
+            .env_name(
+                &p.key("admin_token_env"),
+                raw.admin_token_env,
+                defaults::ADMIN_TOKEN_ENV,
+            )
+            .and_then(|var| self.env_value(&var))
+            .map(Secret);
+        let reserved_prefix = raw
+            .reserved_prefix
+            .unwrap_or_else(|| defaults::RESERVED_PREFIX.to_owned());
+        if let Err(why) = check_reserved_prefix(&reserved_prefix) {
+            self.fail(
+                &p.key("reserved_prefix"),
+                format!("{reserved_prefix:?} {why}"),
+            );
+        }
+        let trusted_proxies = self.nets(&p.key("trusted_proxies"), raw.trusted_proxies);
+        let unmatched = match raw.unmatched {
+            None | Some(RawUnmatched::Forward) => Unmatched::Forward,
+            Some(RawUnmatched::NotFound) => Unmatched::NotFound,
+        };
+        let max_connections = raw.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
+        if max_connections == 0 {
+            self.fail(&p.key("max_connections"), "must be at least 1, got 0");
+        }
+        let max_connections_per_ip = raw
+            .max_connections_per_ip
+            .unwrap_or(defaults::MAX_CONNECTIONS_PER_IP);
+        if max_connections_per_ip == 0 {
+            self.fail(
+                &p.key("max_connections_per_ip"),
+                "must be at least 1, got 0",
+            );
+        }
+        let max_header_bytes = raw.max_header_bytes.unwrap_or(defaults::MAX_HEADER_BYTES);
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&max_header_bytes) {
+            self.fail(
+                &p.key("max_header_bytes"),
+                format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}, got {max_header_bytes}"),
+            );
+        }
+        let header_read_timeout = self.duration(
+            &p.key("header_read_timeout"),
+            raw.header_read_timeout,
+            defaults::HEADER_READ_TIMEOUT,
+            Duration::ZERO,
+        );
+        let drain_timeout = self.duration(
+            &p.key("drain_timeout"),
+            raw.drain_timeout,
+            defaults::DRAIN_TIMEOUT,
+            Duration::ZERO,
+        );
+        let workers = raw.workers.unwrap_or(0);
+        if workers > MAX_WORKERS {
+            self.fail(
+                &p.key("workers"),
+                format!("must be between 0 (one per core) and {MAX_WORKERS}, got {workers}"),
+            );
+        }
+        let mut poll_limit = |key: &str, value: Option<u64>, default: u32| -> u32 {
+            let value = value.unwrap_or(u64::from(default));
+            if !(1..=1_000_000).contains(&value) {
+                self.fail(
+                    &p.key(key),
+                    format!("must be between 1 and 1000000, got {value}"),
+                );
+            }
+            u32::try_from(value).unwrap_or(default).max(1)
+        };
+        let ip_polls_per_second = poll_limit(
+            "ip_polls_per_second",
+            raw.ip_polls_per_second,
+            defaults::IP_POLLS_PER_SECOND,
+        );
+        let ip_poll_burst = poll_limit("ip_poll_burst", raw.ip_poll_burst, defaults::IP_POLL_BURST);
+        let ip_arrivals_per_second = poll_limit(
+            "ip_arrivals_per_second",
+            raw.ip_arrivals_per_second,
+            defaults::IP_ARRIVALS_PER_SECOND,
+        );
+        let ip_arrival_burst = poll_limit(
+            "ip_arrival_burst",
+            raw.ip_arrival_burst,
+            defaults::IP_ARRIVAL_BURST,
+        );
+        ServerConfig {
+            listen,
+            admin_listen,
+            admin_token,
+            reserved_prefix,
+            trusted_proxies,
+            unmatched,
+            ip_polls_per_second,
+            ip_poll_burst,
+            ip_arrivals_per_second,
+            ip_arrival_burst,
+            workers: usize::try_from(workers.min(MAX_WORKERS)).unwrap_or(1),
+            access_log: raw.access_log.unwrap_or(false),
+            max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+            max_connections_per_ip: usize::try_from(max_connections_per_ip).unwrap_or(usize::MAX),
+            max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
+            header_read_timeout,
+            drain_timeout,
+        }
+    }
+
+    fn store(&mut self, raw: RawStore) -> StoreConfig {
+        let p = root().key("store");
+        let backend = match raw.backend {
+            None | Some(RawBackend::Memory) => {
+                // A URL with the memory backend usually means a forgotten
+                // `backend = "redis"`: instances would silently not share state.
+                if raw.url.is_some() {
+                    self.fail(
+                        &p.key("url"),
+                        r#"is only used with backend = "redis"; set store.backend = "redis" or remove the URL"#,
+                    );
+                }
+                if raw.password_env.is_some() {
+                    self.fail(
+                        &p.key("password_env"),
+                        r#"is only used with backend = "redis""#,
+                    );
+                }
+                Backend::Memory
+            }
+            Some(RawBackend::Redis) => {
+                let password = match raw.password_env {
+                    None => None,
+                    Some(name) => {
+                        let path = p.key("password_env");
+                        match self.env_name(&path, Some(name), "") {
+                            Some(var) => {
+                                let value = self.env_value(&var);
+                                if value.is_none() {
+                                    self.fail(
+                                        &path,
+                                        format!("environment variable {var} is not set"),
+                                    );
+                                }
+                                value
+                            }
+                            None => None,
+                        }
+                    }
+                };
+                Backend::Redis {
+                    urls: self.redis_urls(&p.key("url"), raw.url, password.as_deref()),
+                }
+            }
+        };
+        let timeout = self.duration(
+            &p.key("timeout"),
+            raw.timeout,
+            defaults::STORE_TIMEOUT,
+            Duration::ZERO,
+        );
+        let fail_mode = match raw.fail_mode {
+            None | Some(RawFailMode::Open) => FailMode::Open,
+            Some(RawFailMode::Closed) => FailMode::Closed,
+            Some(RawFailMode::Local) => FailMode::Local,
+        };
+        let instances = raw.instances.unwrap_or(1);
+        if instances == 0 {
+            self.fail(&p.key("instances"), "must be at least 1, got 0");
+        }
+        StoreConfig {
+            backend,
+            timeout,
+            fail_mode,
+            instances: instances.max(1),
+        }
+    }
+
+    fn redis_urls(
+        &mut self,
+        path: &KeyPath,
+        raw: Option<RawUrls>,
+        password: Option<&str>,
+    ) -> Vec<String> {
+        let Some(raw) = raw else {
+            self.fail(
+                path,
+                r#"is required when backend = "redis" (e.g. "redis://127.0.0.1:6379/")"#,
+            );
+            return Vec::new();
+        };
+        if raw.urls.is_empty() {
+            self.fail(path, "must list at least one redis:// URL");
+        }
+        let mut urls = Vec::with_capacity(raw.urls.len());
+        for (i, url) in raw.urls.into_iter().enumerate() {
+            let here = if raw.is_list {
+                path.index(i)
+            } else {
+                path.clone()
+            };
+            match check_redis_url(&url, password) {
+                Ok(url) => urls.push(url),
+                Err(why) => self.fail(&here, format!("{} {why}", redact_url(&url))),
+            }
+        }
+        urls
+    }
+
+    fn cookie(&mut self, raw: RawCookie, options: LoadOptions) -> CookieConfig {
+        let p = root().key("cookie");
+        let env_path = p.key("keys_env");
+        let var = self.env_name(&env_path, raw.keys_env, defaults::KEYS_ENV);
+        let from_env = var
+            .as_ref()
+            .and_then(|v| self.env_value(v).map(|s| (v.clone(), s)));
+        let mut keys = Vec::new();
+        // The environment wins over inline keys, as the usual override order.
+        if let Some((var, value)) = from_env {
+            let entries = value.split(',').map(str::trim).filter(|e| !e.is_empty());
+            for (i, entry) in entries.enumerate() {
+                match crate::secret::parse_key(entry) {
+                    Ok(key) => keys.push(key),
+                    Err(why) => self.fail(
+                        &env_path,
+                        format!("key {} in environment variable {var}: {why}", i + 1),
+                    ),
+                }
+            }
+        } else if let Some(inline) = raw.keys {
+            for (i, entry) in inline.iter().enumerate() {
+                match crate::secret::parse_key(entry) {
+                    Ok(key) => keys.push(key),
+                    Err(why) => self.fail(&p.key("keys").index(i), why),
+                }
+            }
+        }
+        let had_errors = self
+            .problems
+            .iter()
+            .any(|pr| pr.key.starts_with("cookie.keys"));
+        if keys.is_empty() && !had_errors && !options.allow_missing_keys {
+            let var = var.unwrap_or_else(|| defaults::KEYS_ENV.to_owned());
+            self.fail(
+                &env_path,
+                format!(
+                    "no cookie keys configured; set {var} to a comma-separated list of keys \
+                     (make one with `waitroom keygen`), or list them in cookie.keys"
+                ),
+            );
+        }
+        CookieConfig {
+            keys,
+            secure: raw.secure.unwrap_or(true),
+        }
+    }
+
+    fn origin(&mut self, raw: RawOrigin) -> OriginConfig {
+        let p = root().key("origin");
+        let url = match check_origin_url(&raw.url) {
+            Ok(uri) => uri,
+            Err(why) => {
+                self.fail(&p.key("url"), format!("{:?} {why}", raw.url));
+                http::Uri::from_static("http://127.0.0.1/")
+            }
+        };
+        let timeout = self.duration(
+            &p.key("timeout"),
+            raw.timeout,
+            defaults::ORIGIN_TIMEOUT,
+            Duration::ZERO,
+        );
+        let connect_timeout = self.duration(
+            &p.key("connect_timeout"),
+            raw.connect_timeout,
+            defaults::ORIGIN_CONNECT_TIMEOUT,
+            Duration::ZERO,
+        );
+        OriginConfig {
+            url,
+            timeout,
+            connect_timeout,
+        }
+    }
+
+    fn rooms(&mut self, raw: Vec<RawRoom>, reserved_prefix: &str) -> Vec<RoomConfig> {
+        if raw.is_empty() {
+            self.fail(
+                &root().key("room"),
+                "at least one [[room]] is required (a daemon without rooms protects nothing)",
+            );
+        }
+        let rooms: Vec<RoomConfig> = raw
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| self.room(&root().key("room").index(i), r, reserved_prefix))
+            .collect();
+        for (i, room) in rooms.iter().enumerate() {
+            let p = root().key("room").index(i);
+            if let Some(j) = rooms[..i].iter().position(|r| r.id == room.id) {
+                self.fail(
+                    &p.key("id"),
+                    format!(
+                        "duplicate room id {:?}; room[{j}] has it too, ids must be unique",
+                        room.id
+                    ),
+                );
+            }
+            if let Some(j) = rooms[..i]
+                .iter()
+                .position(|r| r.host == room.host && r.path == room.path)
+            {
+                let host = room.host.as_deref().unwrap_or("any host");
+                self.fail(
+                    &p.key("path"),
+                    format!(
+                        "{:?} on {host} is also room[{j}]'s host and path; each room needs its own",
+                        room.path
+                    ),
+                );
+            }
+        }
+        rooms
+    }
+
+    fn room(&mut self, p: &KeyPath, raw: RawRoom, reserved_prefix: &str) -> RoomConfig {
+        if let Err(why) = check_id(&raw.id) {
+            self.fail(&p.key("id"), format!("{:?} {why}", raw.id));
+        }
+        let name = raw.name.unwrap_or_else(|| raw.id.clone());
+        if name.trim().is_empty()
+            || name.chars().count() > 200
+            || name.chars().any(char::is_control)
+        {
+            self.fail(
+                &p.key("name"),
+                format!("{name:?} must be 1 to 200 characters without control characters"),
+            );
+        }
+        let host = raw.host.and_then(|h| match check_host(&h) {
+            Ok(host) => Some(host),
+            Err(why) => {
+                self.fail(&p.key("host"), format!("{h:?} {why}"));
+                None
+            }
+        });
+        let path = match check_path(&raw.path) {
+            Err(why) => {
+                self.fail(&p.key("path"), format!("{:?} {why}", raw.path));
+                raw.path.clone()
+            }
+            Ok(path) => {
+                if crate::canonical::covers(reserved_prefix, &path, false) {
+                    self.fail(
+                        &p.key("path"),
+                        format!(
+                            "{:?} is under server.reserved_prefix {reserved_prefix:?}, which the daemon answers itself",
+                            raw.path
+                        ),
+                    );
+                }
+                path
+            }
+        };
+        for (key, value) in [
+            ("total_active_users", raw.total_active_users),
+            ("new_users_per_minute", raw.new_users_per_minute),
+        ] {
+            if let Err(why) = check_limit(value) {
+                self.fail(&p.key(key), why);
+            }
+        }
+        let one_second = Duration::from_secs(1);
+        let session_duration = self.duration(
+            &p.key("session_duration"),
+            raw.session_duration,
+            defaults::SESSION_DURATION,
+            one_second,
+        );
+        let refresh_interval = self.duration(
+            &p.key("refresh_interval"),
+            raw.refresh_interval,
+            defaults::REFRESH_INTERVAL,
+            one_second,
+        );
+        let abandon_text = raw.abandon_after.as_ref().map(|d| d.text.clone());
+        let abandon_after = self.duration(
+            &p.key("abandon_after"),
+            raw.abandon_after,
+            defaults::ABANDON_AFTER,
+            Duration::ZERO,
+        );
+        if abandon_after <= refresh_interval {
+            let written = abandon_text.map_or_else(
+                || format!("the default {}", humantime::format_duration(abandon_after)),
+                |t| format!("{t:?}"),
+            );
+            self.fail(
+                &p.key("abandon_after"),
+                format!(
+                    "must be longer than refresh_interval ({}), or queued visitors are dropped \
+                     between two polls; got {written} (a few times refresh_interval is safer)",
+                    humantime::format_duration(refresh_interval)
+                ),
+            );
+        }
+        let code = raw.queue_status_code.unwrap_or(defaults::QUEUE_STATUS_CODE);
+        let queue_status_code = match u16::try_from(code)
+            .ok()
+            .filter(|c| (200..=599).contains(c))
+            .and_then(|c| http::StatusCode::from_u16(c).ok())
+        {
+            Some(status) => status,
+            None => {
+                self.fail(
+                    &p.key("queue_status_code"),
+                    format!("must be an HTTP status from 200 to 599, got {code}"),
+                );
+                http::StatusCode::OK
+            }
+        };
+        let template = raw.template.and_then(|t| {
+            if t.trim().is_empty() {
+                self.fail(
+                    &p.key("template"),
+                    "must be a file path; leave it out for the built-in page",
+                );
+                None
+            } else {
+                Some(PathBuf::from(t))
+            }
+        });
+        let mut bypass_paths = Vec::new();
+        for (i, path) in raw.bypass_paths.unwrap_or_default().iter().enumerate() {
+            match check_path(path) {
+                Ok(canonical) => bypass_paths.push(canonical),
+                Err(why) => self.fail(&p.key("bypass_paths").index(i), format!("{path:?} {why}")),
+            }
+        }
+        let bypass_ips = self.nets(&p.key("bypass_ips"), raw.bypass_ips);
+        let bypass_header = raw
+            .bypass_header
+            .and_then(|h| self.bypass_header(&p.key("bypass_header"), h));
+        let events = self.events(p, raw.event);
+        RoomConfig {
+            id: raw.id,
+            name,
+            host,
+            path,
+            total_active_users: raw.total_active_users,
+            new_users_per_minute: raw.new_users_per_minute,
+            session_duration,
+            session_renewal: raw.session_renewal.unwrap_or(true),
+            queueing_method: raw.queueing_method.unwrap_or(QueueingMethod::Fifo),
+            max_queue_length: raw.max_queue_length.unwrap_or(0),
+            refresh_interval,
+            abandon_after,
+            queue_status_code,
+            json_response: raw.json_response.unwrap_or(true),
+            template,
+            bypass_paths,
+            bypass_ips,
+            bypass_header,
+            case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
+            state: raw.state.unwrap_or(RoomState::Open),
+            events,
+        }
+    }
+
+    fn bypass_header(
+        &mut self,
+        p: &KeyPath,
+        raw: RawBypassHeader,
+    ) -> Option<(http::HeaderName, Secret)> {
+        let name = match http::HeaderName::from_bytes(raw.name.as_bytes()) {
+            Ok(name) => Some(name),
+            Err(_) => {
+                self.fail(
+                    &p.key("name"),
+                    format!("{:?} is not a valid HTTP header name", raw.name),
+                );
+                None
+            }
+        };
+        let value_path = p.key("value_env");
+        let var = self.env_name(&value_path, Some(raw.value_env), "")?;
+        // The value is a secret: messages name the variable, never its content.
+        let value = match (self.env)(&var) {
+            Some(v) if !v.is_empty() => v,
+            _ => {
+                self.fail(
+                    &value_path,
+                    format!("environment variable {var} is not set; it holds the bypass header's secret value"),
+                );
+                return None;
+            }
+        };
+        if value.trim() != value || http::HeaderValue::from_str(&value).is_err() {
+            self.fail(
+                &value_path,
+                format!(
+                    "the value of {var} cannot match any request header: it has surrounding \
+                     whitespace or characters not allowed in a header value"
+                ),
+            );
+            return None;
+        }
+        Some((name?, Secret(value)))
+    }
+
+    fn events(&mut self, room: &KeyPath, raw: Vec<RawEvent>) -> Vec<EventConfig> {
+        let mut events: Vec<EventConfig> = Vec::with_capacity(raw.len());
+        for (i, e) in raw.into_iter().enumerate() {
+            let p = room.key("event").index(i);
+            if let Err(why) = check_id(&e.name) {
+                self.fail(&p.key("name"), format!("{:?} {why}", e.name));
+            }
+            if let Some(j) = events.iter().position(|other| other.name == e.name) {
+                self.fail(
+                    &p.key("name"),
+                    format!(
+                        "duplicate event name {:?}; event[{j}] of this room has it too",
+                        e.name
+                    ),
+                );
+            }
+            let (start, end) = (e.start.0, e.end.0);
+            if end <= start {
+                self.fail(
+                    &p.key("end"),
+                    format!(
+                        "{} must be after start {}",
+                        humantime::format_rfc3339(end),
+                        humantime::format_rfc3339(start)
+                    ),
+                );
+            }
+            let prequeue_start = e.prequeue_start.map(|t| t.0);
+            if let Some(pre) = prequeue_start.filter(|pre| *pre > start) {
+                self.fail(
+                    &p.key("prequeue_start"),
+                    format!(
+                        "{} must not be after start {}",
+                        humantime::format_rfc3339(pre),
+                        humantime::format_rfc3339(start)
+                    ),
+                );
+            }
+            for (key, value) in [
+                ("total_active_users", e.total_active_users),
+                ("new_users_per_minute", e.new_users_per_minute),
+            ] {
+                if value == Some(0) {
+                    self.fail(
+                        &p.key(key),
+                        "must be at least 1, got 0 (leave it out to keep the room's limit)",
+                    );
+                } else if let Some(Err(why)) = value.map(check_limit) {
+                    self.fail(&p.key(key), why);
+                }
+            }
+            let opens = prequeue_start.unwrap_or(start).min(start);
+            // Overlapping events would leave it ambiguous whose limits apply.
+            if let Some(j) = events.iter().position(|o| {
+                let o_opens = o.prequeue_start.unwrap_or(o.start).min(o.start);
+                opens < o.end && o_opens < end
+            }) {
+                self.fail(
+                    &p.key("start"),
+                    format!(
+                        "event {:?} overlaps event[{j}] {:?} (prequeue included); events in a room must not overlap",
+                        e.name, events[j].name
+                    ),
+                );
+            }
+            events.push(EventConfig {
+                name: e.name,
+                prequeue_start,
+                start,
+                end,
+                shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
+                total_active_users: e.total_active_users,
+                new_users_per_minute: e.new_users_per_minute,
+            });
+        }
+        events
+    }
+
+    // --- value helpers: record a problem and return a stand-in ---
+
+    fn duration(
+        &mut self,
+        path: &KeyPath,
+        raw: Option<RawDuration>,
+        default: Duration,
+        min: Duration,
+    ) -> Duration {
+        let Some(raw) = raw else { return default };
+        if raw.value.is_zero() || raw.value < min {
+            let allowed = if min.is_zero() {
+                "longer than 0".to_owned()
+            } else {
+                format!("at least {}", humantime::format_duration(min))
+            };
+            self.fail(path, format!("must be {allowed}, got {:?}", raw.text));
+            default
+        } else if raw.value > MAX_DURATION {
+            self.fail(
+                path,
+                format!("must be at most {}, got {:?}", MAX_DURATION_TEXT, raw.text),
+            );
+            default
+        } else {
+            raw.value
+        }
+    }
+
+    fn socket_addr(&mut self, path: &KeyPath, raw: Option<String>, default: &str) -> SocketAddr {
+        let fallback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let text = raw.as_deref().unwrap_or(default);
+        text.parse().unwrap_or_else(|_| {
+            self.fail(
+                path,
+                format!(
+                    r#"{text:?} is not an IP address and port such as "127.0.0.1:8080" (host names are not accepted)"#
+                ),
+            );
+            fallback
+        })
+    }
+
+    fn nets(&mut self, path: &KeyPath, raw: Option<Vec<String>>) -> Vec<IpNet> {
+        let mut nets = Vec::new();
+        for (i, text) in raw.unwrap_or_default().iter().enumerate() {
+            let parsed = text
+                .parse::<IpNet>()
+                .map(|n| n.trunc())
+                .ok()
+                .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from));
+            match parsed {
+                Some(net) => nets.push(net),
+                None => self.fail(
+                    &path.index(i),
+                    format!(r#"{text:?} is not an IP address or CIDR block such as "10.0.0.0/8""#),
+                ),
+            }
+        }
+        nets
+    }
+
+    /// Validates an environment variable name (or takes `default`); `None` if invalid.
+    fn env_name(&mut self, path: &KeyPath, raw: Option<String>, default: &str) -> Option<String> {
+        let name = raw.unwrap_or_else(|| default.to_owned());
+        let mut chars = name.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if valid {
+            Some(name)
+        } else {
+            self.fail(
+                path,
+                format!("{name:?} is not an environment variable name (letters, digits and _, not starting with a digit)"),
+            );
+            None
+        }
+    }
+
+    /// An empty variable counts as unset, as container environments often
+    /// declare variables they leave empty.
+    fn env_value(&self, name: &str) -> Option<String> {
+        (self.env)(name).filter(|v| !v.trim().is_empty())
+    }
+}
+
+fn check_id(id: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 characters of a-z, 0-9, _ and -")
+    }
+}
+
+/// A room or bypass path prefix, in the canonical form requests are matched in.
+fn check_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err("must start with /".into());
+    }
+    if path
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+    {
+        return Err("must be a plain path prefix without spaces, ? or #".into());
+    }
+    crate::canonical::path(path)
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|why| format!("cannot be matched: {why}"))
+}
+
+/// A user or rate limit within what the stores count exactly.
+fn check_limit(value: u64) -> Result<(), String> {
+    match value {
+        0 => Err(r#"must be at least 1, got 0 (to stop admissions, set state = "paused")"#.into()),
+        v if v > MAX_LIMIT => Err(format!("must be at most {MAX_LIMIT}, got {v}")),
+        _ => Ok(()),
+    }
+}
+
+fn check_reserved_prefix(prefix: &str) -> Result<(), String> {
+    let canonical = check_path(prefix)?;
+    if canonical != prefix {
+        return Err(format!("is not in canonical form; write {canonical:?}"));
+    }
+    if prefix.len() < 3 || !prefix.ends_with('/') {
+        return Err(
+            r#"must start and end with / and name a directory, such as "/__waitroom/""#.into(),
+        );
+    }
+    Ok(())
+}
+
+/// Lower-cases a host name and refuses anything the Host header match cannot use.
+fn check_host(host: &str) -> Result<String, &'static str> {
+    if host.is_empty() {
+        return Err("must not be empty; leave host out to match any host");
+    }
+    if host.contains("://") {
+        return Err(r#"must be a bare host name without a scheme, such as "shop.example.com""#);
+    }
+    if host.contains('/') {
+        return Err("must not contain a path; put the path prefix in `path`");
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return match inner.parse::<Ipv6Addr>() {
+            // The spelling requests are matched in (`[::1]`, not `[0::1]`).
+            Ok(addr) => Ok(format!("[{addr}]")),
+            Err(_) => Err("is not a valid bracketed IPv6 address"),
+        };
+    }
+    if host.contains(':') {
+        return Err("must not contain a port; rooms match the Host header without its port");
+    }
+    // `shop.example.` is `shop.example`, as requests are matched.
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let labels_ok = host.len() <= 253
+        && host.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if labels_ok {
+        Ok(host)
+    } else {
+        Err("is not a valid host name (letters, digits, - and _ in dot-separated labels)")
+    }
+}
+
+fn check_origin_url(text: &str) -> Result<http::Uri, &'static str> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| r#"is not a URL such as "http://127.0.0.1:3000""#)?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)")
+        }
+        _ => return Err(r#"must start with http://, such as "http://127.0.0.1:3000""#),
+    }
+    let Some(authority) = uri.authority() else {
+        return Err("must name a host");
+    };
+    if authority.host().is_empty() {
+        return Err("must name a host");
+    }
+    if authority.as_str().contains('@') {
+        return Err("must not contain a user name or password");
+    }
+    if uri.query().is_some() {
+        return Err("must not have a query string");
+    }
+    Ok(uri)
+}
+
+/// Checks one Redis URL and splices in the password from the environment.
+fn check_redis_url(text: &str, password: Option<&str>) -> Result<String, String> {
+    use redis::IntoConnectionInfo as _;
+    if !text.starts_with("redis://") && !text.starts_with("rediss://") {
+        return Err("must start with redis:// or rediss://".to_owned());
+    }
+    if let Err(e) = text.into_connection_info() {
+        let why = e.to_string();
+        if text.starts_with("rediss://") && why.contains("TLS") {
+            return Err(
+                "uses TLS (rediss://), which this build of waitroom does not support".to_owned(),
+            );
+        }
+        // RedisError's text ends in " - <kind>", which tells an operator nothing.
+        let why = why.rsplit_once(" - ").map_or(why.as_str(), |(w, _)| w);
+        return Err(format!("is not a usable Redis URL: {why}"));
+    }
+    let Some(password) = password else {
+        return Ok(text.to_owned());
+    };
+    let mut url =
+        redis::parse_redis_url(text).ok_or_else(|| "is not a usable Redis URL".to_owned())?;
+    if url.password().is_some() {
+        return Err(
+            "already has a password, and store.password_env is set too; use one".to_owned(),
+        );
+    }
+    url.set_password(Some(password))
+        .map_err(|()| "cannot hold a password".to_owned())?;
+    Ok(url.to_string())
+}
+
+/// Shows a Redis URL in a message without any password it carries.
+fn redact_url(text: &str) -> String {
+    match redis::parse_redis_url(text) {
+        Some(mut url) if url.password().is_some() => {
+            if url.set_password(Some("REDACTED")).is_ok() {
+                format!("{:?}", url.as_str())
+            } else {
+                "the URL".to_owned()
+            }
+        }
+        Some(_) => format!("{text:?}"),
+        None if text.contains('@') => "the URL".to_owned(),
+        None => format!("{text:?}"),
+    }
+}
