@@ -1,7 +1,11 @@
 //! Figures for the Redis store on a throwaway loopback `redis-server`:
 //! memory per queued visitor and per active session, Redis commands and
 //! server time per operation, and decisions per second with N concurrent
-//! callers, next to a PING baseline measured in the same run.
+//! callers with the Redis CPU time each costs (user + system time of the
+//! redis-server process, from /proc, divided by the operations), next to
+//! two baselines measured in the same run: PING, and an OpenResty-style
+//! atomic check-and-admit (one small EVALSHA doing GET / INCR / SADD per
+//! visitor, the recipe SPEC §9 compares against).
 //!
 //! `cargo bench --bench store_redis`; `WR_BENCH_N` (default 100000) sets the
 //! number of visitors, `WR_BENCH_SECS` (default 5) each timed run.
@@ -203,6 +207,86 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     report("arrive (admitted)", server);
 }
 
+/// CPU time (user + system) the process `pid` has used, in microseconds.
+fn cpu_us(pid: u32) -> f64 {
+    static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let tick = *TICK.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 1e6 / tick
+}
+
+/// A run's figures: operations per second, p50, p99, and the Redis CPU
+/// time per operation.
+struct Run {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    redis_us: f64,
+    /// Operations per script call (how well arrivals were batched).
+    per_call: f64,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0}/s (p50 {:?}, p99 {:?}), Redis CPU {:.1} µs per operation, {:.1} operations per script call, {CONCURRENCY} callers",
+            self.rate, self.p50, self.p99, self.redis_us, self.per_call
+        )
+    }
+}
+
+/// `timed`, with the Redis server's CPU time per operation.
+async fn measured<F, Fut>(server: &RedisServer, secs: u64, op: F) -> Run
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let before = cpu_us(server.pid());
+    let (_, (calls_before, _)) = commandstats(server);
+    let started = Instant::now();
+    let (rate, p50, p99) = timed(secs, op).await;
+    let ops = rate * started.elapsed().as_secs_f64();
+    let redis_us = (cpu_us(server.pid()) - before) / ops.max(1.0);
+    let (_, (calls_after, _)) = commandstats(server);
+    Run {
+        rate,
+        p50,
+        p99,
+        redis_us,
+        per_call: ops / (calls_after - calls_before).max(1) as f64,
+    }
+}
+
+/// The OpenResty recipe: one EVALSHA per visitor, admit while a counter is
+/// under the limit (no queue, no rate window, no expiry).
+const CHECK_AND_ADMIT: &str = r"
+local active = tonumber(redis.call('GET', KEYS[1]) or '0')
+if active < tonumber(ARGV[2]) then
+    redis.call('INCR', KEYS[1])
+    redis.call('SADD', KEYS[2], ARGV[1])
+    return 1
+end
+return 0
+";
+
 /// Runs `op` from `CONCURRENCY` tasks for `secs`; returns ops/s and p50/p99.
 async fn timed<F, Fut>(secs: u64, op: F) -> (f64, Duration, Duration)
 where
@@ -246,31 +330,51 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
         .get_multiplexed_async_connection()
         .await
         .expect("ping connection");
-    let (rate, p50, p99) = timed(secs, move |_| {
+    let ping = measured(server, secs, move |_| {
         let mut c = ping_conn.clone();
         async move {
             let _: String = redis::cmd("PING").query_async(&mut c).await.expect("ping");
         }
     })
     .await;
-    println!("baseline PING: {rate:.0}/s (p50 {p50:?}, p99 {p99:?}), {CONCURRENCY} callers");
+    println!("baseline PING: {ping}");
 
-    let report = |what: &str, (rate, p50, p99): (f64, Duration, Duration)| {
-        println!("{what}: {rate:.0}/s (p50 {p50:?}, p99 {p99:?}), {CONCURRENCY} callers",);
-    };
+    let script_conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("script connection");
+    let recipe = Arc::new(redis::Script::new(CHECK_AND_ADMIT));
+    let openresty = measured(server, secs, move |i| {
+        let (mut c, recipe) = (script_conn.clone(), Arc::clone(&recipe));
+        async move {
+            let _: i64 = recipe
+                .key("or:{room}:active")
+                .key("or:{room}:admitted")
+                .arg(vid(i).to_hex())
+                .arg(1_000_000_000u64)
+                .invoke_async(&mut c)
+                .await
+                .expect("check-and-admit");
+        }
+    })
+    .await;
+    println!("baseline OpenResty-style check-and-admit (EVALSHA GET/INCR/SADD): {openresty}");
+
     let s = Arc::clone(&store);
     let open = Arc::new(room("tp-open", 0));
-    report(
-        "arrive, admitted (new-visitor decisions)",
-        timed(secs, move |i| {
-            let (s, p) = (Arc::clone(&s), Arc::clone(&open));
-            async move {
-                s.arrive(&p, vid(i), SystemClock.now_ms())
-                    .await
-                    .expect("arrive");
-            }
-        })
-        .await,
+    let admitted = measured(server, secs, move |i| {
+        let (s, p) = (Arc::clone(&s), Arc::clone(&open));
+        async move {
+            s.arrive(&p, vid(i), SystemClock.now_ms())
+                .await
+                .expect("arrive");
+        }
+    })
+    .await;
+    println!("arrive, admitted (new-visitor decisions): {admitted}");
+    println!(
+        "  new-visitor decisions / OpenResty check-and-admit: {:.2}x",
+        admitted.rate / openresty.rate
     );
 
     let s = Arc::clone(&store);
@@ -279,18 +383,16 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
         .arrive(&full, vid(u64::MAX), SystemClock.now_ms())
         .await
         .expect("arrive");
-    report(
-        "arrive, queued behind a full room",
-        timed(secs, move |i| {
-            let (s, p) = (Arc::clone(&s), Arc::clone(&full));
-            async move {
-                s.arrive(&p, vid(i), SystemClock.now_ms())
-                    .await
-                    .expect("arrive");
-            }
-        })
-        .await,
-    );
+    let queued = measured(server, secs, move |i| {
+        let (s, p) = (Arc::clone(&s), Arc::clone(&full));
+        async move {
+            s.arrive(&p, vid(i), SystemClock.now_ms())
+                .await
+                .expect("arrive");
+        }
+    })
+    .await;
+    println!("arrive, queued behind a full room: {queued}");
 
     // Polls against a queue of `n` waiting visitors.
     let mut paused = room("tp-poll", 1);
@@ -309,19 +411,17 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     let seqs = Arc::new(std::mem::take(&mut *seqs.lock().await));
     let s = Arc::clone(&store);
     let paused = Arc::new(paused);
-    report(
-        &format!("poll in a queue of {n}"),
-        timed(secs, move |i| {
-            let (s, p, seqs) = (Arc::clone(&s), Arc::clone(&paused), Arc::clone(&seqs));
-            async move {
-                let (v, seq) = seqs[(i as usize * 7919) % seqs.len()];
-                s.poll(&p, vid(v), seq, SystemClock.now_ms())
-                    .await
-                    .expect("poll");
-            }
-        })
-        .await,
-    );
+    let polls = measured(server, secs, move |i| {
+        let (s, p, seqs) = (Arc::clone(&s), Arc::clone(&paused), Arc::clone(&seqs));
+        async move {
+            let (v, seq) = seqs[(i as usize * 7919) % seqs.len()];
+            s.poll(&p, vid(v), seq, SystemClock.now_ms())
+                .await
+                .expect("poll");
+        }
+    })
+    .await;
+    println!("poll in a queue of {n}: {polls}");
 }
 
 fn main() {

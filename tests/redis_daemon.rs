@@ -352,8 +352,9 @@ async fn a_frozen_redis_leaves_no_ghost_sessions_or_places_after_the_thaw() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    // The ten arrivals go out batched (one or two calls), and those calls ran.
     assert!(
-        calls(&server, "evalsha") >= sent + 10,
+        calls(&server, "evalsha") > sent,
         "the buffered calls did run"
     );
     assert_eq!(

@@ -50,24 +50,20 @@ async fn start() -> (RedisCluster, RedisStore) {
 fn redis_lose(urls: Vec<String>) -> conformance::Lose {
     Box::new(move |room, visitor| {
         let hex = visitor.to_hex();
-        let keys = [
+        let (queue, polls) = (
             format!("wr:{{{room}}}:queue"),
             format!("wr:{{{room}}}:polls"),
-        ];
+        );
+        let lose = |c: &mut dyn redis::ConnectionLike| {
+            let _: i64 = redis::cmd("ZREM").arg(&queue).arg(&hex).query(c).unwrap();
+            let _: i64 = redis::cmd("HDEL").arg(&polls).arg(&hex).query(c).unwrap();
+        };
         if urls.len() == 1 {
-            let mut c = redis::Client::open(urls[0].as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            for k in &keys {
-                let _: i64 = redis::cmd("ZREM").arg(k).arg(&hex).query(&mut c).unwrap();
-            }
+            let client = redis::Client::open(urls[0].as_str()).unwrap();
+            lose(&mut client.get_connection().unwrap());
         } else {
             let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
-            let mut c = client.get_connection().unwrap();
-            for k in &keys {
-                let _: i64 = redis::cmd("ZREM").arg(k).arg(&hex).query(&mut c).unwrap();
-            }
+            lose(&mut client.get_connection().unwrap());
         }
     })
 }

@@ -199,6 +199,9 @@ impl Gate {
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
             let policy = room.policy();
+            if self.store.is_up() {
+                self.store.shared.flush(&policy, now).await;
+            }
             let stats = match self.store.call(self.store.shared.stats(&policy, now)).await {
                 Ok(stats) => stats,
                 Err(e) => {

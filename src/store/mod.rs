@@ -349,6 +349,11 @@ pub trait Store: Send + Sync + 'static {
     /// path (Redis: re-measures the server clock that deadlines are set in).
     async fn upkeep(&self) {}
 
+    /// Writes out what a backend holds back for a room to write in batches
+    /// (Redis: polls answered from a queue description); the daemon calls
+    /// it every few seconds per room.
+    async fn flush(&self, _room: &RoomPolicy, _now_ms: Millis) {}
+
     /// Replaces (or, with `None`, clears) the room's runtime changes.
     async fn set_overrides(
         &self,

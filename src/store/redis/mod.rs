@@ -1,15 +1,27 @@
-//! The Redis store (single node or Cluster): every operation one Lua script.
+//! The Redis store (single node or Cluster): every decision one Lua script.
 //!
-//! Each room lives in five keys that share the hash tag `{room}`, so every
+//! Each room lives in keys that share the hash tag `{room}`, so every
 //! script touches one slot and the same scripts run on a single Redis and on
 //! Redis Cluster. The decision logic is in `lua/*.lua` (see `lua/prelude.lua`
-//! for the key layout and arguments); this module only builds the calls,
-//! bounds each one by the store timeout and decodes the answers.
+//! for the key layout and arguments); this module builds the calls, bounds
+//! each one by the store timeout and decodes the answers. Two things keep
+//! the cost per visitor on Redis low:
+//!
+//! * `arrivals`: concurrent new visitors to a room are decided together,
+//!   in one call;
+//! * `frontier`: queued visitors far from the front are answered from a
+//!   description of the queue each instance refreshes a few times a
+//!   second, and their polls are written in one command per refresh.
 //!
 //! Time always comes from the caller (`now_ms` is a script argument, never
 //! Redis `TIME`), so tests move a clock on Redis exactly as on the memory store.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+mod arrivals;
+pub mod frontier;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -22,6 +34,8 @@ use super::{
     Millis, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
     RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
+use arrivals::{Arrivals, Waiter};
+use frontier::{Description, Frontiers};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
@@ -43,6 +57,7 @@ struct Scripts {
     check_in: Script,
     release: Script,
     stats: Script,
+    frontier: Script,
     totals: Script,
     reset: Script,
     overrides: Script,
@@ -52,11 +67,12 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            arrive: Script::new(room_script!("lua/arrive.lua")),
+            arrive: Script::new(room_script!("lua/arrive_many.lua")),
             poll: Script::new(room_script!("lua/poll.lua")),
             check_in: Script::new(room_script!("lua/check_in.lua")),
             release: Script::new(room_script!("lua/release.lua")),
             stats: Script::new(room_script!("lua/stats.lua")),
+            frontier: Script::new(room_script!("lua/frontier.lua")),
             totals: Script::new(include_str!("lua/totals.lua")),
             reset: Script::new(include_str!("lua/reset.lua")),
             overrides: Script::new(include_str!("lua/overrides.lua")),
@@ -73,8 +89,14 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// The shared store on Redis or Redis Cluster.
+/// The shared store on Redis or Redis Cluster. Cheap to clone: clones
+/// share the connection, the arrival batches and the queue descriptions.
+#[derive(Clone)]
 pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     conn: Connection,
     scripts: Scripts,
     /// Bound on every call, reconnection included (I6).
@@ -83,6 +105,12 @@ pub struct RedisStore {
     /// with `TIME` (`i64::MIN` until measured): what turns a call's local
     /// deadline into the server time its script checks.
     clock_offset_us: AtomicI64,
+    /// New visitors waiting to be decided together.
+    arrivals: Arrivals,
+    /// The queue descriptions polls are answered from.
+    frontiers: Frontiers,
+    /// Shortest queue worth describing (`frontier::MIN_QUEUE`; tests lower it).
+    frontier_min_queue: AtomicU64,
 }
 
 /// The offset is not known yet: scripts then run without a deadline.
@@ -90,25 +118,27 @@ const OFFSET_UNKNOWN: i64 = i64::MIN;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.conn {
+        let kind = match self.inner.conn {
             Connection::Single(_) => "single",
             Connection::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisStore")
             .field("kind", &kind)
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.inner.timeout)
             .finish()
     }
 }
 
 /// The key names of one room, in the order the scripts expect them.
-struct RoomKeys([String; 6]);
+struct RoomKeys([String; 7]);
 
 impl RoomKeys {
     fn new(room: &str) -> Self {
         Self(
-            ["sessions", "queue", "polls", "admits", "meta", "ended"]
-                .map(|part| format!("wr:{{{room}}}:{part}")),
+            [
+                "sessions", "queue", "polls", "admits", "meta", "ended", "places",
+            ]
+            .map(|part| format!("wr:{{{room}}}:{part}")),
         )
     }
 
@@ -153,10 +183,15 @@ impl RedisStore {
             }
         };
         let store = Self {
-            conn,
-            scripts: Scripts::new(),
-            timeout,
-            clock_offset_us: AtomicI64::new(OFFSET_UNKNOWN),
+            inner: Arc::new(Inner {
+                conn,
+                scripts: Scripts::new(),
+                timeout,
+                clock_offset_us: AtomicI64::new(OFFSET_UNKNOWN),
+                arrivals: Arrivals::default(),
+                frontiers: Frontiers::default(),
+                frontier_min_queue: AtomicU64::new(frontier::MIN_QUEUE),
+            }),
         };
         if let Err(e) = store.sync_clock().await {
             tracing::warn!(error = %e, "cannot read the Redis server clock yet; calls carry no deadline until it is read");
@@ -168,6 +203,17 @@ impl RedisStore {
     /// the round trip halved), so each call can carry a deadline in the
     /// server's time.
     pub async fn sync_clock(&self) -> Result<(), StoreError> {
+        self.inner.sync_clock().await
+    }
+
+    /// Describes queues from `min` waiting visitors on (tests use short queues).
+    pub fn set_frontier_min_queue(&self, min: u64) {
+        self.inner.frontier_min_queue.store(min, Ordering::Relaxed);
+    }
+}
+
+impl Inner {
+    async fn sync_clock(&self) -> Result<(), StoreError> {
         let sent = unix_us();
         let reply: (String, String) = match self.conn.clone() {
             Connection::Single(mut c) => {
@@ -221,14 +267,14 @@ impl RedisStore {
         bounded(self.timeout, invocation.invoke_async::<Value>(conn)).await?
     }
 
-    /// A room script invocation with the policy, `now` and the deadline as
+    /// A room script invocation with the policy, `now` and a deadline as
     /// its leading ARGV (see `lua/prelude.lua`).
     fn room_call<'a>(
-        &self,
         script: &'a Script,
         keys: &RoomKeys,
         room: &RoomPolicy,
         now_ms: Millis,
+        deadline_us: i64,
     ) -> ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         for key in &keys.0 {
@@ -245,8 +291,83 @@ impl RedisStore {
             .arg(room.arrival_grace_ms)
             .arg(state_name(room.state))
             .arg(key_ttl_ms(room))
-            .arg(self.deadline_us());
+            .arg(deadline_us);
         inv
+    }
+
+    /// Decides batches of a room's arrivals until none are left waiting.
+    async fn drain_arrivals(&self, pending: Arc<std::sync::Mutex<arrivals::Pending>>) {
+        while let Some(batch) = arrivals::next_batch(&pending) {
+            let now = batch.iter().map(|w| w.now).max().unwrap_or(0);
+            // The call must not land after any of its callers gave up.
+            let deadline = batch
+                .iter()
+                .map(|w| w.deadline_us)
+                .filter(|d| *d > 0)
+                .min()
+                .unwrap_or(0);
+            let policy = &batch[0].policy;
+            let keys = RoomKeys::new(&policy.room);
+            let mut inv = Self::room_call(&self.scripts.arrive, &keys, policy, now, deadline);
+            for w in &batch {
+                inv.arg(w.visitor.to_hex());
+            }
+            let decided = self
+                .run(&inv)
+                .await
+                .and_then(|v| decode_verdicts(&v, batch.len()));
+            match decided {
+                Ok(verdicts) => {
+                    for (w, v) in batch.into_iter().zip(verdicts) {
+                        let _ = w.reply.send(Ok(v));
+                    }
+                }
+                Err(e) => {
+                    for w in batch {
+                        let _ = w.reply.send(Err(e.again()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks Redis for a new description of `room`'s queue, writing the
+    /// polls answered since the last one, and installs it.
+    async fn refresh_frontier(&self, room: &RoomPolicy, now_ms: Millis, seen: Vec<VisitorId>) {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Self::room_call(&self.scripts.frontier, &keys, room, now_ms, 0);
+        inv.key(RoomKeys::overrides(&room.room))
+            .arg(frontier::VALID_MS + frontier::SKEW_MS)
+            .arg(frontier::PRECISION)
+            .arg(self.frontier_min_queue.load(Ordering::Relaxed));
+        let at = now_ms.to_string();
+        for v in &seen {
+            inv.arg(v.to_hex()).arg(at.as_str());
+        }
+        let outcome = match self
+            .run(&inv)
+            .await
+            .and_then(|v| decode_description(&v, now_ms))
+        {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                tracing::debug!(room = %room.room, error = %e, "queue description not refreshed");
+                Err(seen)
+            }
+        };
+        self.frontiers.finish(&room.room, outcome);
+    }
+}
+
+impl StoreError {
+    /// The same error for another caller of a shared call.
+    fn again(&self) -> StoreError {
+        match self {
+            StoreError::Timeout => StoreError::Timeout,
+            StoreError::Down => StoreError::Down,
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+        }
     }
 }
 
@@ -351,6 +472,89 @@ fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
     Ok(out)
 }
 
+/// Decodes a batch's verdicts: four integers each (see `lua/arrive_many.lua`).
+fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Verdict>, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol("verdicts", v));
+    };
+    if items.len() != 4 * n {
+        return Err(protocol("verdicts", v));
+    }
+    items
+        .chunks(4)
+        .map(|c| match c {
+            [tag, a, b, c] => {
+                let (tag, a, b, c) = (as_u64(tag), as_u64(a), as_u64(b), as_u64(c));
+                let verdict = match (tag, a, b, c) {
+                    (Some(1), Some(expiry), _, _) => Verdict::Admitted {
+                        session_expires_ms: expiry,
+                    },
+                    (Some(2), Some(seq), Some(position), Some(queue_length)) => {
+                        Verdict::Queued(QueuePlace {
+                            seq,
+                            position,
+                            queue_length,
+                        })
+                    }
+                    (Some(3), Some(1), _, _) => Verdict::Rejected(RejectReason::Closed),
+                    (Some(3), Some(2), _, _) => Verdict::Rejected(RejectReason::QueueFull),
+                    (Some(3), Some(3), _, _) => Verdict::Rejected(RejectReason::OverLimit),
+                    _ => return Err(protocol("verdicts", v)),
+                };
+                Ok(verdict)
+            }
+            _ => Err(protocol("verdicts", v)),
+        })
+        .collect()
+}
+
+/// Decodes `lua/frontier.lua`'s answer.
+fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreError> {
+    let bad = || protocol("frontier", v);
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    let int = |i: usize| items.get(i).and_then(as_u64).ok_or_else(bad);
+    let length = int(0)?;
+    let bound = match items.get(1) {
+        Some(Value::Int(b)) => *b,
+        _ => return Err(bad()),
+    };
+    let reset_floor = int(2)?;
+    let places = usize::try_from(int(3)?).map_err(|_| bad())?;
+    let mut ended = HashSet::with_capacity(places);
+    for item in items.iter().skip(4).take(places) {
+        let hex = match item {
+            Value::BulkString(b) => std::str::from_utf8(b).ok(),
+            Value::SimpleString(s) => Some(s.as_str()),
+            _ => None,
+        };
+        ended.insert(hex.and_then(VisitorId::from_hex).ok_or_else(bad)?);
+    }
+    let rest = &items[(4 + places).min(items.len())..];
+    if rest.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let samples: Vec<(u64, u64)> = rest
+        .chunks(2)
+        .map(|p| Some((as_u64(&p[0])?, as_u64(&p[1])?)))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    let frontier = if bound >= 0 {
+        samples.first().map(|&(_, seq)| seq)
+    } else {
+        None
+    };
+    Ok(Description {
+        made_ms,
+        length,
+        frontier,
+        reset_floor,
+        ended,
+        samples,
+    })
+}
+
 /// Decodes `{1, expiry} | {2, seq, position, length} | {3, reason}`.
 fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
     let Value::Array(items) = v else {
@@ -382,10 +586,23 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(&self.scripts.arrive, &keys, room, now_ms);
-        inv.arg(visitor.to_hex());
-        decode_verdict(&self.run(&inv).await?)
+        let (reply, verdict) = tokio::sync::oneshot::channel();
+        let waiter = Waiter {
+            policy: room.clone(),
+            visitor,
+            now: now_ms,
+            deadline_us: self.inner.deadline_us(),
+            reply,
+        };
+        let (pending, lead) = self.inner.arrivals.push(&room.room, waiter);
+        if lead {
+            // Its own task: the batch is decided even if this caller gives up.
+            let inner = Arc::clone(&self.inner);
+            tokio::spawn(async move { inner.drain_arrivals(pending).await });
+        }
+        verdict
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("arrival batch dropped".into())))
     }
 
     async fn poll(
@@ -395,10 +612,33 @@ impl Store for RedisStore {
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
+        let inner = &self.inner;
+        // Only a rate-limited FIFO queue has a frontier (see `frontier`).
+        if room.method == QueueingMethod::Fifo
+            && room.new_users_per_minute > 0
+            && room.state != RoomState::Closed
+        {
+            let lookup = inner.frontiers.lookup(&room.room, visitor, seq, now_ms);
+            if lookup.refresh {
+                if let Some(seen) = inner.frontiers.claim(&room.room, true) {
+                    let (inner, room) = (Arc::clone(inner), room.clone());
+                    tokio::spawn(async move { inner.refresh_frontier(&room, now_ms, seen).await });
+                }
+            }
+            if let Some(place) = lookup.place {
+                return Ok(Verdict::Queued(place));
+            }
+        }
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(&self.scripts.poll, &keys, room, now_ms);
+        let mut inv = Inner::room_call(
+            &inner.scripts.poll,
+            &keys,
+            room,
+            now_ms,
+            inner.deadline_us(),
+        );
         inv.arg(visitor.to_hex()).arg(seq);
-        decode_verdict(&self.run(&inv).await?)
+        decode_verdict(&inner.run(&inv).await?)
     }
 
     async fn check_in(
@@ -408,10 +648,17 @@ impl Store for RedisStore {
         ticket_expires_ms: Millis,
         now_ms: Millis,
     ) -> Result<Option<Millis>, StoreError> {
+        let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(&self.scripts.check_in, &keys, room, now_ms);
+        let mut inv = Inner::room_call(
+            &inner.scripts.check_in,
+            &keys,
+            room,
+            now_ms,
+            inner.deadline_us(),
+        );
         inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
-        match self.run(&inv).await? {
+        match inner.run(&inv).await? {
             Value::Nil => Ok(None),
             v => as_u64(&v).map(Some).ok_or_else(|| protocol("check_in", &v)),
         }
@@ -423,20 +670,32 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
+        let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(&self.scripts.release, &keys, room, now_ms);
+        let mut inv = Inner::room_call(
+            &inner.scripts.release,
+            &keys,
+            room,
+            now_ms,
+            inner.deadline_us(),
+        );
         inv.arg(visitor.to_hex());
-        match self.run(&inv).await? {
+        match inner.run(&inv).await? {
             Value::Int(0) => Ok(false),
-            Value::Int(1) => Ok(true),
+            Value::Int(1) => {
+                // Its ticket must now get "ended", which only the script says.
+                inner.frontiers.forget(&room.room);
+                Ok(true)
+            }
             v => Err(protocol("release", &v)),
         }
     }
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
+        let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let inv = self.room_call(&self.scripts.stats, &keys, room, now_ms);
-        let reply = self.run(&inv).await?;
+        let inv = Inner::room_call(&inner.scripts.stats, &keys, room, now_ms, 0);
+        let reply = inner.run(&inv).await?;
         let bad = || protocol("stats", &reply);
         let Value::Array(items) = &reply else {
             return Err(bad());
@@ -460,9 +719,10 @@ impl Store for RedisStore {
 
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.scripts.totals.prepare_invoke();
+        let mut inv = self.inner.scripts.totals.prepare_invoke();
         inv.key(keys.meta());
-        let [admitted, queued, rejected, abandoned] = ints::<4>("totals", &self.run(&inv).await?)?;
+        let [admitted, queued, rejected, abandoned] =
+            ints::<4>("totals", &self.inner.run(&inv).await?)?;
         Ok(RoomTotals {
             admitted,
             queued,
@@ -473,24 +733,34 @@ impl Store for RedisStore {
 
     async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.scripts.reset.prepare_invoke();
+        let mut inv = self.inner.scripts.reset.prepare_invoke();
         for key in &keys.0 {
             inv.key(key.as_str());
         }
         inv.arg(super::next_seq(now_ms, 0)).arg(key_ttl_ms(room));
-        self.run(&inv).await.map(|_| ())
+        self.inner.run(&inv).await?;
+        self.inner.frontiers.forget(&room.room);
+        Ok(())
     }
 
     async fn upkeep(&self) {
-        if let Err(e) = self.sync_clock().await {
+        if let Err(e) = self.inner.sync_clock().await {
             tracing::debug!(error = %e, "Redis server clock not measured this time");
         }
     }
 
+    async fn flush(&self, room: &RoomPolicy, now_ms: Millis) {
+        // Polls answered from a description are written with the next
+        // refresh; a room whose polls stopped gets one here.
+        if let Some(seen) = self.inner.frontiers.claim_pending(&room.room) {
+            self.inner.refresh_frontier(room, now_ms, seen).await;
+        }
+    }
+
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
-        let mut inv = self.scripts.overrides.prepare_invoke();
+        let mut inv = self.inner.scripts.overrides.prepare_invoke();
         inv.key(RoomKeys::overrides(room));
-        match self.run(&inv).await? {
+        match self.inner.run(&inv).await? {
             Value::Nil => Ok(None),
             Value::BulkString(json) => serde_json::from_slice(&json)
                 .map(Some)
@@ -504,14 +774,14 @@ impl Store for RedisStore {
         room: &str,
         overrides: Option<&RoomOverrides>,
     ) -> Result<(), StoreError> {
-        let mut inv = self.scripts.set_overrides.prepare_invoke();
+        let mut inv = self.inner.scripts.set_overrides.prepare_invoke();
         inv.key(RoomKeys::overrides(room));
         if let Some(o) = overrides {
             let json = serde_json::to_string(o)
                 .map_err(|e| StoreError::Protocol(format!("overrides: {e}")))?;
             inv.arg(json);
         }
-        self.run(&inv).await.map(|_| ())
+        self.inner.run(&inv).await.map(|_| ())
     }
 }
 

@@ -24,7 +24,7 @@ local function decide()
         -- No limits to wait for: whoever waits in line goes in.
         if queued then
             redis.call('ZREM', K_QUEUE, visitor)
-            redis.call('ZREM', K_POLLS, visitor)
+            redis.call('HDEL', K_POLLS, visitor)
         end
         return admit(visitor)
     end
@@ -34,13 +34,14 @@ local function decide()
     end
     -- An ended place stays ended: released, or issued before a reset.
     local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
-    if seq <= floor or redis.call('ZSCORE', K_ENDED, visitor) then
+    if seq <= floor or marked(K_PLACES, visitor) then
         return { ENDED }
     end
     -- The store lost the entry (flush, failover, expired keys) but the ticket
     -- still holds the visitor's order: put it back where it was (I5). The
     -- visitor may now be at the head, so promotion runs again.
     enqueue(visitor, seq)
+    save_last_seq()
     promote()
     expiry = session_of(visitor)
     if expiry then
@@ -49,6 +50,4 @@ local function decide()
     return place_of(visitor)
 end
 
-local verdict = decide()
-touch()
-return verdict
+return decide()

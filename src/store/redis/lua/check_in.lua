@@ -9,22 +9,20 @@ promote()
 
 local expiry = session_of(visitor)
 if not expiry then
-    if redis.call('ZSCORE', K_ENDED, visitor) or ticket_expiry <= now then
-        touch()
+    if marked(K_ENDED, visitor) or ticket_expiry <= now then
         return false
     end
     -- Redis lost a live session (restart without persistence, FLUSHALL):
     -- the ticket proves the admission, so the session is counted again.
     expiry = ticket_expiry
-    redis.call('ZADD', K_SESSIONS, expiry, visitor)
+    redis.call('ZADD', K_SESSIONS, ARGV[14], visitor)
 end
 if renewal then
     -- Renewal extends; it never cuts short a promoted visitor's grace.
     local renewed = now + session_ms
     if renewed > expiry then
-        redis.call('ZADD', K_SESSIONS, 'XX', renewed, visitor)
+        redis.call('ZADD', K_SESSIONS, 'XX', int(renewed), visitor)
         expiry = renewed
     end
 end
-touch()
 return expiry

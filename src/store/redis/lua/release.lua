@@ -9,15 +9,14 @@ local expiry = session_of(visitor)
 local removed = 0
 if expiry then
     -- Remembered until it would have expired, so its ticket cannot bring it back.
-    redis.call('ZADD', K_ENDED, expiry, visitor)
+    redis.call('ZADD', K_ENDED, int(expiry), visitor)
     removed = redis.call('ZREM', K_SESSIONS, visitor)
 else
     removed = redis.call('ZREM', K_QUEUE, visitor)
-    redis.call('ZREM', K_POLLS, visitor)
+    redis.call('HDEL', K_POLLS, visitor)
     if removed == 1 then
         -- Remembered as long as its ticket could still poll.
-        redis.call('ZADD', K_ENDED, now + abandon_ms, visitor)
+        redis.call('ZADD', K_PLACES, int(now + abandon_ms), visitor)
     end
 end
-touch()
 return removed

@@ -1,17 +1,18 @@
--- stats: live figures after housekeeping.
+-- stats: live figures, after housekeeping and the periodic maintenance
+-- (the daemon calls this every few seconds per room).
 -- Returns {active, queued, admitted_last_minute, oldest_admission or -1}.
 housekeep()
+maintain()
 promote()
 local oldest = redis.call('ZRANGE', K_ADMITS, 0, 0, 'WITHSCORES')
 local oldest_ms = -1
 if #oldest == 2 then
     oldest_ms = tonumber(oldest[2])
 end
-local result = {
+counts()
+return {
     redis.call('ZCARD', K_SESSIONS),
     redis.call('ZCARD', K_QUEUE),
-    redis.call('ZCARD', K_ADMITS),
+    window_n,
     oldest_ms,
 }
-touch()
-return result

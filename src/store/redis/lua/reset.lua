@@ -12,7 +12,7 @@ if #last == 2 then
 end
 local last_seq = tonumber(redis.call('HGET', KEYS[5], 'last_seq') or '0')
 local floor = math.max(tonumber(ARGV[1]), last_seq + 1)
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
 local f = string.format('%d', floor)
 redis.call('HSET', KEYS[5], 'last_seq', f, 'reset_floor', f)
 redis.call('PEXPIRE', KEYS[5], ARGV[2])

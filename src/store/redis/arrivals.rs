@@ -1,0 +1,84 @@
+//! New visitors to the same room, decided together: one script call
+//! (`lua/arrive_many.lua`) admits or queues every visitor that arrived
+//! while the previous call was in flight, each in arrival order exactly as
+//! if it had run alone.
+//!
+//! No timer: an arrival to an idle room goes out at once; arrivals that
+//! come while a call is out wait for it and go together in the next one
+//! (group commit). Under load each call carries many visitors, so the
+//! per-call work (the script's setup, housekeeping, promotion) is shared,
+//! which is most of what a decision cost.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
+
+use crate::clock::Millis;
+use crate::store::{RoomPolicy, StoreError, Verdict, VisitorId};
+
+/// Most visitors in one call (keeps a call short and its reply small).
+pub const MAX_BATCH: usize = 256;
+
+/// One arrival waiting for its decision.
+pub struct Waiter {
+    pub policy: RoomPolicy,
+    pub visitor: VisitorId,
+    pub now: Millis,
+    /// Redis server time after which its caller has given up (0 = none).
+    pub deadline_us: i64,
+    pub reply: oneshot::Sender<Result<Verdict, StoreError>>,
+}
+
+/// A room's waiting arrivals.
+#[derive(Default)]
+pub struct Pending {
+    waiting: VecDeque<Waiter>,
+    /// A call for this room is out; its drainer will take the next batch.
+    in_flight: bool,
+}
+
+/// The waiting arrivals of every room.
+#[derive(Default)]
+pub struct Arrivals {
+    rooms: Mutex<HashMap<Arc<str>, Arc<Mutex<Pending>>>>,
+}
+
+impl Arrivals {
+    /// Adds an arrival. Returns the room's queue, and whether the caller
+    /// must start draining it (no call is out for the room).
+    pub fn push(&self, room: &Arc<str>, waiter: Waiter) -> (Arc<Mutex<Pending>>, bool) {
+        let pending = Arc::clone(
+            self.rooms
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(Arc::clone(room))
+                .or_default(),
+        );
+        let lead = {
+            let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
+            p.waiting.push_back(waiter);
+            !std::mem::replace(&mut p.in_flight, true)
+        };
+        (pending, lead)
+    }
+}
+
+/// The next call's arrivals: those in front that share the first one's
+/// policy (a change of limits never mixes into one decision), at most
+/// `MAX_BATCH`. `None` when none are left, which also ends the drain (the
+/// next arrival starts a new one).
+pub fn next_batch(pending: &Mutex<Pending>) -> Option<Vec<Waiter>> {
+    let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(first) = p.waiting.front() else {
+        p.in_flight = false;
+        return None;
+    };
+    let n = p
+        .waiting
+        .iter()
+        .take(MAX_BATCH)
+        .take_while(|w| w.policy == first.policy)
+        .count();
+    Some(p.waiting.drain(..n).collect())
+}

@@ -1,0 +1,135 @@
+-- arrive: visitors without a valid ticket arrive, decided one after the
+-- other in one atomic run, each exactly as if it had run alone (the
+-- daemon gathers concurrent arrivals to a room into one call). ARGV[13..]
+-- = visitors. Returns four integers per visitor, in order:
+--   {1, session expiry, 0, 0} | {2, seq, position, length} | {3, reason, 0, 0}
+--
+-- The decisions read counts kept in locals; the writes are gathered and
+-- made once at the end (one command per key), which is most of the saving
+-- over one script per visitor.
+housekeep()
+promote()
+counts()
+
+local waiting = redis.call('ZCARD', K_QUEUE)
+local queued_n, rejected_n = 0, 0
+local new_sessions, new_places, new_polls = {}, {}, {}
+local admitted_n = 0
+-- A visitor named twice in one call gets the first decision again
+-- (visitor -> where its answer starts in `out`).
+local decided = {}
+
+local function room_now()
+    local free = math.huge
+    if cap > 0 then
+        free = math.min(free, cap - active_n)
+    end
+    if rate > 0 then
+        free = math.min(free, rate - window_n)
+    end
+    return free > 0
+end
+
+local expiry_n = now + session_ms
+local expiry_s = int(expiry_n)
+
+local function admit_later(visitor)
+    new_sessions[#new_sessions + 1] = expiry_s
+    new_sessions[#new_sessions + 1] = visitor
+    admitted_n = admitted_n + 1
+    active_n = active_n + 1
+    window_n = window_n + 1
+    return ADMITTED, expiry_n, 0, 0
+end
+
+-- Whether each visitor already holds a session or a place: two commands
+-- for the whole call (new visitors, the usual case, hold neither).
+local visitors = {}
+for i = 13, #ARGV do
+    visitors[#visitors + 1] = ARGV[i]
+end
+local held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(visitors))
+local held_places = redis.call('ZMSCORE', K_QUEUE, unpack(visitors))
+
+local function decide(i, visitor)
+    local expiry = held_sessions[i]
+    if expiry then
+        return ADMITTED, tonumber(expiry), 0, 0
+    end
+    if state == 'closed' then
+        rejected_n = rejected_n + 1
+        return REJECTED, R_CLOSED, 0, 0
+    end
+    if held_places[i] then
+        local place = place_of(visitor)
+        return place[1], place[2], place[3], place[4]
+    end
+    -- passthrough and reject keep no queue of their own, but in paused and
+    -- queue_all newcomers wait in line like everyone else.
+    if method == 'passthrough' and state == 'open' then
+        return admit_later(visitor)
+    end
+    if method == 'reject' and state == 'open' then
+        if room_now() then
+            return admit_later(visitor)
+        end
+        rejected_n = rejected_n + 1
+        return REJECTED, R_OVER_LIMIT, 0, 0
+    end
+    -- Nobody jumps a queue (I3), and nobody queues while there is room (I4).
+    -- The explicit emptiness check matters in states that do not promote.
+    if state == 'open' and waiting == 0 and room_now() then
+        return admit_later(visitor)
+    end
+    if max_queue > 0 and waiting >= max_queue then
+        rejected_n = rejected_n + 1
+        return REJECTED, R_QUEUE_FULL, 0, 0
+    end
+    -- A new seq is above every seq in the queue: the visitor is last.
+    local seq = next_seq()
+    new_places[#new_places + 1] = int(seq)
+    new_places[#new_places + 1] = visitor
+    new_polls[#new_polls + 1] = visitor
+    new_polls[#new_polls + 1] = now_s
+    waiting = waiting + 1
+    queued_n = queued_n + 1
+    return QUEUED, seq, waiting, waiting
+end
+
+local out = {}
+for i, visitor in ipairs(visitors) do
+    local at = 4 * (i - 1)
+    local first = decided[visitor]
+    if first then
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] =
+            out[first + 1], out[first + 2], out[first + 3], out[first + 4]
+    else
+        decided[visitor] = at
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, visitor)
+    end
+end
+
+if #new_sessions > 0 then
+    redis.call('ZADD', K_SESSIONS, unpack(new_sessions))
+end
+if admitted_n > 0 then
+    -- One window member for this call's admissions.
+    local last = redis.call('HINCRBY', K_META, 'admitted', admitted_n)
+    redis.call('ZADD', K_ADMITS, now_s, int(last) .. ':' .. int(admitted_n))
+    redis.call('HINCRBY', K_META, 'window', admitted_n)
+end
+if #new_places > 0 then
+    redis.call('ZADD', K_QUEUE, unpack(new_places))
+    redis.call('HSET', K_POLLS, unpack(new_polls))
+    redis.call('HINCRBY', K_META, 'queued', queued_n)
+end
+if rejected_n > 0 then
+    redis.call('HINCRBY', K_META, 'rejected', rejected_n)
+end
+save_last_seq()
+-- Arrivals create the room's keys: give them their expiry at once (the
+-- periodic maintenance keeps it moving).
+for i = 1, 7 do
+    redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
+end
+return out

@@ -1,0 +1,96 @@
+-- frontier: what lets an instance answer most queued visitors' polls
+-- without a script per poll (see store/redis/frontier.rs). Runs the
+-- periodic maintenance, records the polls answered since the last run,
+-- promotes, and describes the queue beyond its admission frontier.
+--
+-- KEYS 1..7 as in the prelude, 8 = the room's overrides (JSON).
+-- ARGV[13] = how far ahead (ms) the answer must hold
+-- ARGV[14] = precision: one sample per 1/ARGV[14] of the distance from the
+--            frontier (so a position read between samples is off by at most
+--            that share of it)
+-- ARGV[15] = the shortest queue worth describing (shorter: scripts answer)
+-- ARGV[16..] = (visitor, time) pairs: polls answered from the last description
+--
+-- Returns {length, bound, reset_floor, n, place_1 .. place_n, rank_1, seq_1,
+-- rank_2, seq_2, ...}: `bound` is the most admissions the rate window allows
+-- within ARGV[13] ms (-1: nothing may be answered from this description),
+-- the places are queue places released in the meantime (they are ended),
+-- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
+-- has a higher seq cannot be admitted before ARGV[13] ms have passed) to the
+-- last place.
+local ahead_ms = tonumber(ARGV[13])
+local precision = tonumber(ARGV[14])
+local min_queue = tonumber(ARGV[15])
+local K_OVERRIDES = KEYS[8]
+
+housekeep()
+-- Polls first: whoever polled must not be dropped as abandoned below.
+-- They come as (visitor, time) pairs, ready for HSET. Only visitors beyond
+-- the frontier are answered without a script, and they are still waiting;
+-- the rare one that left meanwhile is cleaned up by maintain().
+for first = 16, #ARGV, 4000 do
+    redis.call('HSET', K_POLLS, unpack(ARGV, first, math.min(first + 3999, #ARGV)))
+end
+maintain()
+promote()
+
+local len = redis.call('ZCARD', K_QUEUE)
+local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
+
+-- The bound holds for FIFO rooms with a rate limit. Another instance may
+-- already apply an operator's change this one has not read yet: the
+-- stored change counts too (the higher rate, any method but fifo).
+local bound = -1
+local eff_rate, eff_method = rate, method
+local stored = redis.call('GET', K_OVERRIDES)
+if stored then
+    local ok, o = pcall(cjson.decode, stored)
+    if ok and type(o) == 'table' then
+        if type(o.new_users_per_minute) == 'number' then
+            eff_rate = math.max(eff_rate, o.new_users_per_minute)
+        end
+        if type(o.queueing_method) == 'string' then
+            eff_method = o.queueing_method
+        end
+    end
+end
+if method == 'fifo' and eff_method == 'fifo' and rate > 0 and len >= min_queue then
+    counts()
+    -- Admissions that leave the window within ahead_ms free as many places.
+    local leaving = admissions(redis.call('ZRANGEBYSCORE', K_ADMITS,
+        '(' .. int(now - RATE_WINDOW_MS), int(now - RATE_WINDOW_MS + ahead_ms)))
+    local m = math.max(eff_rate - window_n, 0) + leaving
+    if m < len then
+        bound = m
+    end
+end
+
+local places = {}
+if bound >= 0 then
+    places = redis.call('ZRANGEBYSCORE', K_PLACES, '(' .. now_s, '+inf', 'LIMIT', 0, 1001)
+    if #places > 1000 then
+        bound = -1
+        places = {}
+    end
+end
+
+local out = { len, bound, floor, #places }
+for _, p in ipairs(places) do
+    out[#out + 1] = p
+end
+if bound >= 0 then
+    local r = bound
+    while r < len do
+        local e = redis.call('ZRANGE', K_QUEUE, r, r, 'WITHSCORES')
+        if #e < 2 then
+            break
+        end
+        out[#out + 1] = r
+        out[#out + 1] = tonumber(e[2])
+        if r == len - 1 then
+            break
+        end
+        r = math.min(len - 1, r + math.max(1, math.floor((r - bound) / precision)))
+    end
+end
+return out

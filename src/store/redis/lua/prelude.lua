@@ -1,0 +1,358 @@
+-- Prelude of every room script that decides: the room policy read from ARGV,
+-- housekeeping and promotion. Redis has no `require`, so the Rust side
+-- concatenates this file in front of each script; every script therefore
+-- applies the same rules in the same atomic run.
+--
+-- KEYS (one hash tag, so one cluster slot):
+--   1 sessions  ZSET visitor -> session expiry (ms)
+--   2 queue     ZSET visitor -> seq
+--   3 polls     HASH visitor -> time of last poll (ms), for abandonment
+--   4 admits    ZSET "<last admission id>:<count>" -> time (ms): the rate
+--               window, one member per call that admitted (not per visitor)
+--   5 meta      HASH last_seq, reset_floor, window (admissions in the
+--               window), sweep (where the abandonment sweep goes on),
+--               admitted, queued, rejected, abandoned
+--   6 ended     ZSET visitor -> expiry of a session that was released,
+--               revoked or reset: its ticket must not re-create it
+--   7 places    ZSET visitor -> until when a released queue place stays
+--               ended (abandon_after): its ticket must not put it back
+-- ARGV:
+--   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
+--   2 total_active_users (0 = unlimited)   3 new_users_per_minute (0 = unlimited)
+--   4 session_duration_ms   5 session_renewal (1/0)   6 method
+--   7 max_queue_length (0 = unbounded)   8 abandon_after_ms
+--   9 arrival_grace_ms   10 state   11 key TTL (ms)
+--   12 deadline: Redis server time (microseconds) after which this call
+--      must do nothing, because its caller has given up on it (0 = none)
+--   13.. operation arguments
+--
+-- What every call must do before deciding (`housekeep`) is kept to what
+-- the decision depends on: expired sessions leave (capacity) and old
+-- admissions leave the rate window (rate). What only needs doing now and
+-- then (`maintain`: abandonment, forgetting old ended marks, key expiry)
+-- runs in the scripts the daemon calls periodically (stats, frontier), so
+-- the per-visitor scripts stay short.
+
+local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+local now = tonumber(ARGV[1])
+local cap = tonumber(ARGV[2])
+local rate = tonumber(ARGV[3])
+local session_ms = tonumber(ARGV[4])
+local renewal = ARGV[5] == '1'
+local method = ARGV[6]
+local max_queue = tonumber(ARGV[7])
+local abandon_ms = tonumber(ARGV[8])
+local grace_ms = tonumber(ARGV[9])
+local state = ARGV[10]
+local key_ttl_ms = ARGV[11]
+local deadline_us = tonumber(ARGV[12])
+
+-- A call that waited in a frozen or overloaded Redis past its caller's
+-- timeout must not land later: the caller has already answered the visitor
+-- (by the fail mode), so an admission or queue place made now would be a
+-- ghost holding a slot. TIME is the server's clock; the caller converts its
+-- deadline to it with a measured offset.
+if deadline_us > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
+        return redis.error_reply('DEADLINE the caller gave up on this call')
+    end
+end
+
+-- Must match `RATE_WINDOW_MS`, `SEQ_EPOCH_MS` and `SEQ_PER_MS` in store/mod.rs.
+local RATE_WINDOW_MS = 60000
+local SEQ_EPOCH_MS = 1577836800000
+local SEQ_PER_MS = 1024
+
+-- Bounds on the work of one run, so a burst of expiries or a huge free
+-- capacity never blocks Redis for long; the next run carries on. Both stay
+-- well under Lua's unpack() limit (about 8000 values).
+local PROMOTE_MAX = 1000
+-- Queue places the abandonment sweep looks at per run; a shorter queue is
+-- looked at whole every run.
+local SWEEP_MAX = 2000
+
+-- Verdict tags and reject reasons; must match the decoding in redis.rs.
+local ADMITTED, QUEUED, REJECTED, ENDED = 1, 2, 3, 4
+local R_CLOSED, R_QUEUE_FULL, R_OVER_LIMIT = 1, 2, 3
+
+-- Integers go to Redis as strings: a Lua number would be printed with
+-- %.17g (and above 1e14 in exponent form), which costs more than the
+-- command it is an argument of.
+local function int(n)
+    return string.format('%d', n)
+end
+local now_s = ARGV[1]
+
+-- How many admissions a window member stands for ("<id>:<count>").
+local function admissions_in(member)
+    return tonumber(string.match(member, ':(%d+)$') or '1')
+end
+
+-- Admissions in `members`, summed.
+local function admissions(members)
+    local n = 0
+    for _, m in ipairs(members) do
+        n = n + admissions_in(m)
+    end
+    return n
+end
+
+-- Active sessions and admissions in the window, read once per run and
+-- kept up to date by admit() and promote().
+local active_n, window_n
+
+-- What every decision depends on: expired sessions and admissions outside
+-- the window are gone.
+local function housekeep()
+    redis.call('ZREMRANGEBYSCORE', K_SESSIONS, '-inf', now_s)
+    local cutoff = int(now - RATE_WINDOW_MS)
+    local old = redis.call('ZRANGEBYSCORE', K_ADMITS, '-inf', cutoff)
+    if #old > 0 then
+        redis.call('ZREMRANGEBYSCORE', K_ADMITS, '-inf', cutoff)
+        redis.call('HINCRBY', K_META, 'window', -admissions(old))
+    end
+end
+
+-- Of `visitors` (in queue order), those who have not polled for
+-- abandon_after ("older than" is strict). A visitor with no poll on record
+-- is given one now rather than dropped: it can only be missing if the
+-- store lost it, and the place is the visitor's (I5).
+local function gone_of(visitors)
+    local gone, keep = {}, {}
+    if abandon_ms == 0 or #visitors == 0 then
+        return gone, visitors
+    end
+    local polled = redis.call('HMGET', K_POLLS, unpack(visitors))
+    local cutoff = now - abandon_ms
+    for i, v in ipairs(visitors) do
+        local t = polled[i]
+        if t and tonumber(t) < cutoff then
+            gone[#gone + 1] = v
+        else
+            if not t then
+                redis.call('HSET', K_POLLS, v, now_s)
+            end
+            keep[#keep + 1] = v
+        end
+    end
+    return gone, keep
+end
+
+-- Drops visitors who stopped polling from the queue.
+local function drop(gone)
+    if #gone > 0 then
+        redis.call('ZREM', K_QUEUE, unpack(gone))
+        redis.call('HDEL', K_POLLS, unpack(gone))
+        redis.call('HINCRBY', K_META, 'abandoned', #gone)
+    end
+end
+
+-- The periodic part: visitors who stopped polling lose their place (the
+-- sweep moves through the queue SWEEP_MAX places a run; promotion checks
+-- whoever it is about to admit, so nobody gone is ever admitted), marks
+-- of ended sessions and places are forgotten once they can no longer
+-- matter, and the room's keys stay alive while the room is in use.
+local function maintain()
+    redis.call('ZREMRANGEBYSCORE', K_ENDED, '-inf', now_s)
+    redis.call('ZREMRANGEBYSCORE', K_PLACES, '-inf', now_s)
+    if abandon_ms > 0 then
+        local from = tonumber(redis.call('HGET', K_META, 'sweep') or '0')
+        local len = redis.call('ZCARD', K_QUEUE)
+        if from >= len or len <= SWEEP_MAX then
+            from = 0
+        end
+        local look = redis.call('ZRANGE', K_QUEUE, from, from + SWEEP_MAX - 1)
+        local gone = gone_of(look)
+        drop(gone)
+        local next_from = from + #look - #gone
+        if next_from >= len - #gone then
+            next_from = 0
+        end
+        redis.call('HSET', K_META, 'sweep', int(next_from))
+        -- Polls written for visitors no longer waiting (they left between
+        -- a poll and its write): a few random ones a run are checked.
+        local sampled = redis.call('HRANDFIELD', K_POLLS, 16)
+        if #sampled > 0 then
+            local waiting = redis.call('ZMSCORE', K_QUEUE, unpack(sampled))
+            local stale = {}
+            for i, v in ipairs(sampled) do
+                if not waiting[i] then
+                    stale[#stale + 1] = v
+                end
+            end
+            if #stale > 0 then
+                redis.call('HDEL', K_POLLS, unpack(stale))
+            end
+        end
+    end
+    -- Every key's expiry moves forward, so a room nobody uses any more
+    -- disappears on its own instead of leaking memory.
+    for i = 1, 7 do
+        redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
+    end
+end
+
+local function counts()
+    if not active_n then
+        active_n = redis.call('ZCARD', K_SESSIONS)
+        window_n = tonumber(redis.call('HGET', K_META, 'window') or '0')
+        -- The count lives beside the window; should the window key be gone
+        -- alone (evicted), the count goes too rather than block admissions.
+        if window_n ~= 0 and redis.call('EXISTS', K_ADMITS) == 0 then
+            window_n = 0
+            redis.call('HDEL', K_META, 'window')
+        end
+    end
+end
+
+-- How many more admissions the limits allow right now (math.huge if none).
+local function free_room()
+    counts()
+    local free = math.huge
+    if cap > 0 then
+        free = math.min(free, cap - active_n)
+    end
+    if rate > 0 then
+        free = math.min(free, rate - window_n)
+    end
+    return free
+end
+
+-- One window member for `n` admissions made now. Its id comes from the
+-- `admitted` counter, which only grows, so members never collide.
+local function record_admissions(n)
+    local last = redis.call('HINCRBY', K_META, 'admitted', n)
+    redis.call('ZADD', K_ADMITS, now_s, int(last) .. ':' .. int(n))
+    redis.call('HINCRBY', K_META, 'window', n)
+    counts()
+    window_n = window_n + n
+end
+
+local function admit(visitor)
+    local expiry = now + session_ms
+    redis.call('ZADD', K_SESSIONS, int(expiry), visitor)
+    record_admissions(1)
+    active_n = active_n + 1
+    return { ADMITTED, expiry }
+end
+
+local function reject(reason)
+    redis.call('HINCRBY', K_META, 'rejected', 1)
+    return { REJECTED, reason }
+end
+
+-- Admits waiting visitors while there is room. A promoted visitor gets its
+-- session now, with the arrival grace so it outlives the wait until the
+-- visitor's next poll collects it. Whoever stopped polling is dropped
+-- instead of admitted. `passthrough` has no queue of its own: a visitor
+-- left over from another method is admitted when it next polls.
+local function promote()
+    if (state ~= 'open' and state ~= 'queue_all') or method == 'passthrough' then
+        return
+    end
+    local chosen = {}
+    for _ = 1, 4 do
+        local waiting = redis.call('ZCARD', K_QUEUE)
+        local n = math.min(free_room() - #chosen, waiting, PROMOTE_MAX - #chosen)
+        if n <= 0 then
+            break
+        end
+        local candidates
+        if method == 'random' then
+            candidates = redis.call('ZRANDMEMBER', K_QUEUE, n)
+        else
+            candidates = redis.call('ZRANGE', K_QUEUE, 0, n - 1)
+        end
+        local gone, keep = gone_of(candidates)
+        drop(gone)
+        if #keep > 0 then
+            redis.call('ZREM', K_QUEUE, unpack(keep))
+            redis.call('HDEL', K_POLLS, unpack(keep))
+            for _, v in ipairs(keep) do
+                chosen[#chosen + 1] = v
+            end
+        end
+        if #gone == 0 then
+            break
+        end
+    end
+    if #chosen == 0 then
+        return
+    end
+    local expiry = int(now + session_ms + grace_ms)
+    local args = {}
+    for i, visitor in ipairs(chosen) do
+        args[2 * i - 1] = expiry
+        args[2 * i] = visitor
+    end
+    redis.call('ZADD', K_SESSIONS, unpack(args))
+    record_admissions(#chosen)
+    active_n = active_n + #chosen
+end
+
+-- The visitor's live session expiry, or nil. Call after housekeep().
+local function session_of(visitor)
+    local expiry = redis.call('ZSCORE', K_SESSIONS, visitor)
+    if expiry then
+        return tonumber(expiry)
+    end
+    return nil
+end
+
+-- Whether a mark in `key` (ended sessions or places) is still in force.
+local function marked(key, visitor)
+    local until_ms = redis.call('ZSCORE', key, visitor)
+    return until_ms ~= false and until_ms ~= nil and tonumber(until_ms) > now
+end
+
+-- The visitor's place as a Queued verdict, or nil.
+local function place_of(visitor)
+    local seq = redis.call('ZSCORE', K_QUEUE, visitor)
+    if not seq then
+        return nil
+    end
+    local rank = redis.call('ZRANK', K_QUEUE, visitor)
+    return { QUEUED, tonumber(seq), rank + 1, redis.call('ZCARD', K_QUEUE) }
+end
+
+local last_seq
+
+-- The highest seq handed out so far.
+local function read_last_seq()
+    if not last_seq then
+        last_seq = tonumber(redis.call('HGET', K_META, 'last_seq') or '0')
+    end
+    return last_seq
+end
+
+local function next_seq()
+    local seq = math.max(math.max(now - SEQ_EPOCH_MS, 0) * SEQ_PER_MS, read_last_seq() + 1)
+    last_seq = seq
+    return seq
+end
+
+-- Puts the visitor in the queue at `seq` and keeps `last_seq` the highest seq
+-- ever handed out, so a later next_seq() never reuses or undercuts it.
+-- (Written back by save_last_seq().)
+local function enqueue(visitor, seq)
+    redis.call('ZADD', K_QUEUE, int(seq), visitor)
+    redis.call('HSET', K_POLLS, visitor, now_s)
+    if seq > read_last_seq() then
+        last_seq = seq
+    end
+end
+
+local function save_last_seq()
+    if last_seq then
+        redis.call('HSET', K_META, 'last_seq', int(last_seq))
+    end
+end
+
+-- Records a poll. (Instances' clocks may differ by a few ms; abandonment
+-- is measured in minutes.)
+local function touch_poll(visitor)
+    redis.call('HSET', K_POLLS, visitor, now_s)
+end
