@@ -200,6 +200,14 @@ impl Frontiers {
         Some(frontier.seen.drain().collect())
     }
 
+    /// When the description of `room` in use was made.
+    pub fn made(&self, room: &str) -> Option<Millis> {
+        self.lock()
+            .get(room)
+            .and_then(|f| f.description.as_ref())
+            .map(|d| d.made_ms)
+    }
+
     /// Forgets every description (after the store reset or lost a room).
     pub fn forget(&self, room: &str) {
         if let Some(f) = self.lock().get_mut(room) {

@@ -210,6 +210,11 @@ impl RedisStore {
     pub fn set_frontier_min_queue(&self, min: u64) {
         self.inner.frontier_min_queue.store(min, Ordering::Relaxed);
     }
+
+    /// When the description of `room` in use was made (tests wait for it).
+    pub fn frontier_made(&self, room: &str) -> Option<Millis> {
+        self.inner.frontiers.made(room)
+    }
 }
 
 impl Inner {
