@@ -19,7 +19,7 @@
 mod arrivals;
 pub mod frontier;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -314,17 +314,25 @@ impl Inner {
             let policy = &batch[0].policy;
             let keys = RoomKeys::new(&policy.room);
             let mut inv = Self::room_call(&self.scripts.arrive, &keys, policy, now, deadline);
-            for w in &batch {
-                inv.arg(w.visitor.to_hex());
-            }
-            let decided = self
-                .run(&inv)
-                .await
-                .and_then(|v| decode_verdicts(&v, batch.len()));
+            // Each visitor once per call (the script relies on it); a repeat
+            // gets the first one's decision.
+            let mut first_of: HashMap<VisitorId, usize> = HashMap::with_capacity(batch.len());
+            let mut sent = 0;
+            let slots: Vec<usize> = batch
+                .iter()
+                .map(|w| {
+                    *first_of.entry(w.visitor).or_insert_with(|| {
+                        inv.arg(w.visitor.to_hex());
+                        sent += 1;
+                        sent - 1
+                    })
+                })
+                .collect();
+            let decided = self.run(&inv).await.and_then(|v| decode_verdicts(&v, sent));
             match decided {
                 Ok(verdicts) => {
-                    for (w, v) in batch.into_iter().zip(verdicts) {
-                        let _ = w.reply.send(Ok(v));
+                    for (w, slot) in batch.into_iter().zip(slots) {
+                        let _ = w.reply.send(Ok(verdicts[slot]));
                     }
                 }
                 Err(e) => {

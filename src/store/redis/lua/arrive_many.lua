@@ -1,7 +1,7 @@
 -- arrive: visitors without a valid ticket arrive, decided one after the
 -- other in one atomic run, each exactly as if it had run alone (the
 -- daemon gathers concurrent arrivals to a room into one call). ARGV[13..]
--- = visitors. Returns four integers per visitor, in order:
+-- = visitors, each named once. Returns four integers per visitor, in order:
 --   {1, session expiry, 0, 0} | {2, seq, position, length} | {3, reason, 0, 0}
 --
 -- The decisions read counts kept in locals; the writes are gathered and
@@ -15,9 +15,6 @@ local waiting = redis.call('ZCARD', K_QUEUE)
 local queued_n, rejected_n = 0, 0
 local new_sessions, new_places, new_polls = {}, {}, {}
 local admitted_n = 0
--- A visitor named twice in one call gets the first decision again
--- (visitor -> where its answer starts in `out`).
-local decided = {}
 
 local function room_now()
     local free = math.huge
@@ -97,14 +94,51 @@ local function decide(i, visitor)
 end
 
 local out = {}
-for i, visitor in ipairs(visitors) do
-    local at = 4 * (i - 1)
-    local first = decided[visitor]
-    if first then
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4] =
-            out[first + 1], out[first + 2], out[first + 3], out[first + 4]
-    else
-        decided[visitor] = at
+local fresh = true
+for i = 1, #visitors do
+    if held_sessions[i] or held_places[i] then
+        fresh = false
+        break
+    end
+end
+
+if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue == 0 then
+    -- The common case, decided in two tight loops: newcomers to an open
+    -- FIFO room nobody waits in are admitted while there is room, and the
+    -- rest queue in arrival order.
+    local free = math.huge
+    if cap > 0 then
+        free = math.min(free, cap - active_n)
+    end
+    if rate > 0 then
+        free = math.min(free, rate - window_n)
+    end
+    local n = #visitors
+    local admit_n = math.max(0, math.min(free, n))
+    for i = 1, admit_n do
+        new_sessions[2 * i - 1] = expiry_s
+        new_sessions[2 * i] = visitors[i]
+        local at = 4 * (i - 1)
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = ADMITTED, expiry_n, 0, 0
+    end
+    admitted_n = admit_n
+    active_n = active_n + admit_n
+    window_n = window_n + admit_n
+    for i = admit_n + 1, n do
+        local seq = next_seq()
+        local visitor = visitors[i]
+        new_places[#new_places + 1] = int(seq)
+        new_places[#new_places + 1] = visitor
+        new_polls[#new_polls + 1] = visitor
+        new_polls[#new_polls + 1] = now_s
+        waiting = waiting + 1
+        local at = 4 * (i - 1)
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = QUEUED, seq, waiting, waiting
+    end
+    queued_n = n - admit_n
+else
+    for i, visitor in ipairs(visitors) do
+        local at = 4 * (i - 1)
         out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, visitor)
     end
 end
