@@ -93,6 +93,40 @@ pub struct Status {
     pub queue_length: u64,
     pub eta_seconds: u64,
     pub refresh_seconds: u64,
+    /// The event in force (from its prequeue to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<EventInfo>,
+    /// During the event's prequeue: seconds until it starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starts_in_seconds: Option<u64>,
+}
+
+/// The status JSON's `event`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventInfo {
+    pub name: String,
+    /// RFC 3339, UTC.
+    pub start: String,
+    pub end: String,
+    /// Places in the prequeue are drawn at random at the start.
+    pub shuffle_at_start: bool,
+}
+
+impl EventInfo {
+    pub fn of(e: &crate::store::EventSpec) -> Self {
+        Self {
+            name: e.name.clone(),
+            start: rfc3339(e.start_ms),
+            end: rfc3339(e.end_ms),
+            shuffle_at_start: e.shuffle_at_start,
+        }
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 (seconds, UTC).
+pub fn rfc3339(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Everything the queue template can show. Documented in the README.
@@ -115,10 +149,17 @@ pub struct QueueView {
     pub refresh_seconds: u64,
     /// Where the page's script polls.
     pub status_url: String,
-    /// Name of the event being waited for, if any.
+    /// Name of the event in force, if any.
     pub event_name: Option<String>,
     /// Seconds until the event starts, if in its prequeue window.
     pub event_countdown_seconds: Option<u64>,
+    /// The event's start: RFC 3339 and `HH:MM` UTC.
+    pub event_start_iso: Option<String>,
+    pub event_start_at: Option<String>,
+    /// Places in the prequeue are drawn at random at the start.
+    pub event_shuffle: bool,
+    /// The countdown for people: "12 min 5 s".
+    pub event_countdown_text: String,
 }
 
 impl QueueView {
@@ -142,8 +183,15 @@ impl QueueView {
             updated_at_iso: iso,
             refresh_seconds: status.refresh_seconds,
             status_url,
-            event_name: None,
-            event_countdown_seconds: None,
+            event_name: status.event.as_ref().map(|e| e.name.clone()),
+            event_countdown_seconds: status.starts_in_seconds,
+            event_start_iso: status.event.as_ref().map(|e| e.start.clone()),
+            event_start_at: status
+                .event
+                .as_ref()
+                .and_then(|e| e.start.get(11..16).map(str::to_owned)),
+            event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
+            event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0)),
         }
     }
 
@@ -155,6 +203,8 @@ impl QueueView {
             queue_length: 10,
             eta_seconds: 90,
             refresh_seconds: 20,
+            event: None,
+            starts_in_seconds: None,
         };
         Self::new(
             &status,
@@ -173,6 +223,16 @@ pub fn eta_text(seconds: u64) -> String {
         120..=3599 => format!("about {} minutes", (seconds + 30) / 60),
         3600..=7199 => "about 1 hour".into(),
         _ => format!("about {} hours", (seconds + 1800) / 3600),
+    }
+}
+
+/// A countdown as the page's script writes it.
+pub fn countdown_text(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match seconds {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{m} min {s} s"),
+        _ => format!("{h} h {m} min"),
     }
 }
 

@@ -59,6 +59,14 @@ fn time(s: &str) -> SystemTime {
     humantime::parse_rfc3339(s).unwrap()
 }
 
+/// An RFC 3339 time as ms since the epoch (how events hold times).
+fn ms(s: &str) -> u64 {
+    time(s)
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 const MINIMAL: &str = r#"
 [origin]
 url = "http://127.0.0.1:3000"
@@ -137,11 +145,11 @@ fn example_config_loads_with_documented_values() {
     assert_eq!(r.state, RoomState::Open);
 
     assert_eq!(r.events.len(), 1);
-    let e = &r.events[0];
+    let e = &r.events[0].spec;
     assert_eq!(e.name, "spring-drop");
-    assert_eq!(e.prequeue_start, Some(time("2026-12-01T09:50:00Z")));
-    assert_eq!(e.start, time("2026-12-01T10:00:00Z"));
-    assert_eq!(e.end, time("2026-12-01T12:00:00Z"));
+    assert_eq!(e.prequeue_start_ms, Some(ms("2026-12-01T09:50:00Z")));
+    assert_eq!(e.start_ms, ms("2026-12-01T10:00:00Z"));
+    assert_eq!(e.end_ms, ms("2026-12-01T12:00:00Z"));
     assert!(e.shuffle_at_start);
     assert_eq!(e.total_active_users, Some(5000));
     assert_eq!(e.new_users_per_minute, Some(2000));
@@ -444,7 +452,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_event_key",
-        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`",
+        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`",
     ),
     (
         "unknown_room_key",
@@ -680,8 +688,8 @@ fn event_without_optional_keys_keeps_room_limits() {
         &fixture_env,
     )
     .unwrap();
-    let e = &c.rooms[0].events[0];
-    assert_eq!(e.prequeue_start, None);
+    let e = &c.rooms[0].events[0].spec;
+    assert_eq!(e.prequeue_start_ms, None);
     assert!(!e.shuffle_at_start);
     assert_eq!((e.total_active_users, e.new_users_per_minute), (None, None));
 }
@@ -733,10 +741,10 @@ fn event_times_accept_bare_toml_datetimes_and_offsets() {
         &fixture_env,
     )
     .unwrap();
-    let e = &c.rooms[0].events[0];
-    assert_eq!(e.prequeue_start, Some(time("2026-12-01T09:50:00Z")));
-    assert_eq!(e.start, time("2026-12-01T10:00:00.5Z"));
-    assert_eq!(e.end, time("2026-12-01T11:00:00Z"));
+    let e = &c.rooms[0].events[0].spec;
+    assert_eq!(e.prequeue_start_ms, Some(ms("2026-12-01T09:50:00Z")));
+    assert_eq!(e.start_ms, ms("2026-12-01T10:00:00.5Z"));
+    assert_eq!(e.end_ms, ms("2026-12-01T11:00:00Z"));
 }
 
 #[test]
@@ -752,7 +760,7 @@ fn event_times_match_humantime_across_calendar_edges() {
             "\n[[room.event]]\nname = \"e\"\nstart = \"{t}\"\nend = \"9999-01-01T00:00:00Z\""
         ));
         let c = from_toml_str_with_env(&src, &fixture_env).unwrap();
-        assert_eq!(c.rooms[0].events[0].start, time(t), "{t}");
+        assert_eq!(c.rooms[0].events[0].spec.start_ms, ms(t), "{t}");
     }
 }
 

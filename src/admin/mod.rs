@@ -27,9 +27,11 @@ use crate::body::{full, Body};
 use crate::canonical::{host as parse_host, is_loopback_host};
 use crate::config::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
 use crate::config::Secret;
-use crate::gate::{Room, SharedGate};
+use crate::gate::schedule::{self, Phase};
+use crate::gate::{AmendError, Room, SharedGate};
+use crate::queue_page::rfc3339;
 use crate::respond::{html, json, text};
-use crate::store::{QueueingMethod, RoomOverrides, RoomState, StoreError, VisitorId};
+use crate::store::{EventSpec, QueueingMethod, RoomState, StoreError, VisitorId};
 
 pub use crate::telemetry::Telemetry;
 
@@ -71,6 +73,15 @@ enum AdminError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Reload(String),
+}
+
+impl From<AmendError> for AdminError {
+    fn from(e: AmendError) -> Self {
+        match e {
+            AmendError::Refused(why) => AdminError::BadRequest(why),
+            AmendError::Store(e) => AdminError::Store(e),
+        }
+    }
 }
 
 impl AdminError {
@@ -208,6 +219,31 @@ impl Admin {
                 self.change(&room, change).await?;
                 Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
             }
+            (&Method::GET, ["api", "rooms", id, "events"]) => {
+                let room = self.room(id)?;
+                Ok(json(StatusCode::OK, &self.events_json(&room), None))
+            }
+            (&Method::POST, ["api", "rooms", id, "events"]) => {
+                let room = self.room(id)?;
+                let change: EventChange = read_json(req).await?;
+                let name = change
+                    .name
+                    .clone()
+                    .ok_or_else(|| AdminError::BadRequest("name: required".into()))?;
+                self.change_event(&room, &name, Some(change), false).await?;
+                Ok(json(StatusCode::CREATED, &self.events_json(&room), None))
+            }
+            (&Method::PATCH, ["api", "rooms", id, "events", name]) => {
+                let room = self.room(id)?;
+                let change: EventChange = read_json(req).await?;
+                self.change_event(&room, name, Some(change), true).await?;
+                Ok(json(StatusCode::OK, &self.events_json(&room), None))
+            }
+            (&Method::DELETE, ["api", "rooms", id, "events", name]) => {
+                let room = self.room(id)?;
+                self.change_event(&room, name, None, true).await?;
+                Ok(json(StatusCode::OK, &self.events_json(&room), None))
+            }
             (&Method::POST, ["api", "rooms", id, "release"]) => {
                 let room = self.room(id)?;
                 let body: Release = read_json(req).await?;
@@ -315,53 +351,237 @@ impl Admin {
             "queued": stats.queued,
             "admitted_last_minute": stats.admitted_last_minute,
             "eta_seconds": room.rate.eta_seconds(stats.queued, &policy),
+            "events": self.events_json(room),
         }))
     }
 
     /// Merges a change into the room's stored overrides and applies it here
     /// at once; other instances pick it up within a second.
     async fn change(&self, room: &Room, change: RoomChange) -> Result<(), AdminError> {
-        let gate = self.gates.load_full();
-        let store = &gate.store;
-        let mut o = match store.call(store.shared.overrides(&room.config.id)).await? {
-            Some(o) if o.config_fingerprint == room.fingerprint => o,
-            _ => RoomOverrides {
-                config_fingerprint: room.fingerprint,
-                ..RoomOverrides::default()
-            },
-        };
         if let Some(v) = change.total_active_users {
             within_limit("total_active_users", v)?;
-            o.total_active_users = Some(v);
         }
         if let Some(v) = change.new_users_per_minute {
             within_limit("new_users_per_minute", v)?;
-            o.new_users_per_minute = Some(v);
         }
-        if let Some(v) = change.session_duration {
-            let d = humantime::parse_duration(v.trim())
-                .ok()
-                .filter(|d| (MIN_SESSION..=MAX_DURATION).contains(d))
-                .ok_or_else(|| {
-                    AdminError::BadRequest(format!(
-                        "session_duration: expected a duration from {} to {} such as \"5m\", got {v:?}",
-                        humantime::format_duration(MIN_SESSION),
-                        MAX_DURATION_TEXT,
+        let session_ms = change
+            .session_duration
+            .as_deref()
+            .map(|v| session_duration(v).map_err(AdminError::BadRequest))
+            .transpose()?;
+        let gate = self.gates.load_full();
+        gate.amend(room, |o, _| {
+            o.total_active_users = change.total_active_users.or(o.total_active_users);
+            o.new_users_per_minute = change.new_users_per_minute.or(o.new_users_per_minute);
+            o.session_duration_ms = session_ms.or(o.session_duration_ms);
+            o.queueing_method = change.queueing_method.or(o.queueing_method);
+            o.state = change.state.or(o.state);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The room's events with their phase now.
+    fn events_json(&self, room: &Room) -> serde_json::Value {
+        let now = self.gates.load().clock.now_ms();
+        let in_force = room.in_force(now);
+        let events: Vec<_> = room
+            .events()
+            .iter()
+            .map(|e| {
+                let current = in_force
+                    .event
+                    .as_ref()
+                    .is_some_and(|c| c.spec.name == e.spec.name);
+                let phase = match in_force.phase {
+                    Phase::Prequeue | Phase::Starting if current => "prequeue",
+                    Phase::Running if current => "running",
+                    _ if e.spec.end_ms <= now => "ended",
+                    _ => "scheduled",
+                };
+                event_json(&e.spec, phase)
+            })
+            .collect();
+        serde_json::Value::Array(events)
+    }
+
+    /// Adds (`name` absent from the list), changes or cancels an event.
+    async fn change_event(
+        &self,
+        room: &Room,
+        name: &str,
+        change: Option<EventChange>,
+        must_exist: bool,
+    ) -> Result<(), AdminError> {
+        let gate = self.gates.load_full();
+        gate.amend(room, |o, mut events| {
+            let at = events.iter().position(|e| e.name == name);
+            match (at, must_exist) {
+                (None, true) => return Err(format!("no event named {name:?}")),
+                (Some(_), false) => {
+                    return Err(format!(
+                        "an event named {name:?} exists; change it with PATCH"
                     ))
-                })?;
-            o.session_duration_ms = Some(d.as_millis() as u64);
+                }
+                _ => {}
+            }
+            match change {
+                None => {
+                    if let Some(i) = at {
+                        events.remove(i);
+                    }
+                }
+                Some(change) => {
+                    let mut event = match at {
+                        Some(i) => events.remove(i),
+                        None => change.new_spec(name)?,
+                    };
+                    change.apply(&mut event)?;
+                    schedule::check_event(&event, &events)?;
+                    events.push(event);
+                    events.sort_by_key(|e| e.start_ms);
+                }
+            }
+            o.events = Some(events);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+fn event_json(e: &EventSpec, phase: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": e.name,
+        "prequeue_start": e.prequeue_start_ms.map(rfc3339),
+        "start": rfc3339(e.start_ms),
+        "end": rfc3339(e.end_ms),
+        "phase": phase,
+        "shuffle_at_start": e.shuffle_at_start,
+        "total_active_users": e.total_active_users,
+        "new_users_per_minute": e.new_users_per_minute,
+        "session_duration_seconds": e.session_duration_ms.map(|ms| ms / 1000),
+        "session_renewal": e.session_renewal,
+        "queueing_method": e.queueing_method,
+    })
+}
+
+/// A session duration an operator typed, within the config file's bounds.
+fn session_duration(v: &str) -> Result<u64, String> {
+    humantime::parse_duration(v.trim())
+        .ok()
+        .filter(|d| (MIN_SESSION..=MAX_DURATION).contains(d))
+        .map(|d| d.as_millis() as u64)
+        .ok_or_else(|| {
+            format!(
+                "session_duration: expected a duration from {} to {} such as \"5m\", got {v:?}",
+                humantime::format_duration(MIN_SESSION),
+                MAX_DURATION_TEXT,
+            )
+        })
+}
+
+/// An RFC 3339 time an operator typed, as ms since the epoch.
+fn instant(key: &str, v: &str) -> Result<u64, String> {
+    humantime::parse_rfc3339_weak(v.trim())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .ok_or_else(|| {
+            format!("{key}: expected an RFC 3339 time such as \"2026-12-01T10:00:00Z\", got {v:?}")
+        })
+}
+
+/// `POST /api/rooms/{id}/events` (with `name`) and `PATCH
+/// /api/rooms/{id}/events/{name}`: what is given replaces what was.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventChange {
+    name: Option<String>,
+    /// `null` removes the prequeue.
+    #[serde(default, deserialize_with = "present")]
+    prequeue_start: Option<Option<String>>,
+    start: Option<String>,
+    end: Option<String>,
+    shuffle_at_start: Option<bool>,
+    total_active_users: Option<u64>,
+    new_users_per_minute: Option<u64>,
+    session_duration: Option<String>,
+    session_renewal: Option<bool>,
+    queueing_method: Option<QueueingMethod>,
+}
+
+/// Tells a field given as `null` from a field left out.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+impl EventChange {
+    /// A new event: `start` and `end` are needed.
+    fn new_spec(&self, name: &str) -> Result<EventSpec, String> {
+        let (Some(start), Some(end)) = (&self.start, &self.end) else {
+            return Err("a new event needs start and end".into());
+        };
+        Ok(EventSpec {
+            name: name.to_owned(),
+            prequeue_start_ms: None,
+            start_ms: instant("start", start)?,
+            end_ms: instant("end", end)?,
+            shuffle_at_start: false,
+            total_active_users: None,
+            new_users_per_minute: None,
+            session_duration_ms: None,
+            session_renewal: None,
+            queueing_method: None,
+        })
+    }
+
+    fn apply(&self, e: &mut EventSpec) -> Result<(), String> {
+        if self.name.as_ref().is_some_and(|n| *n != e.name) {
+            return Err("name: an event cannot be renamed; cancel it and add another".into());
         }
-        if let Some(v) = change.queueing_method {
-            o.queueing_method = Some(v);
+        if let Some(p) = &self.prequeue_start {
+            e.prequeue_start_ms = p
+                .as_deref()
+                .map(|t| instant("prequeue_start", t))
+                .transpose()?;
         }
-        if let Some(v) = change.state {
-            o.state = Some(v);
+        if let Some(t) = &self.start {
+            e.start_ms = instant("start", t)?;
         }
-        o.revision += 1;
-        store
-            .call(store.shared.set_overrides(&room.config.id, Some(&o)))
-            .await?;
-        room.apply_overrides(Some(&o));
+        if let Some(t) = &self.end {
+            e.end_ms = instant("end", t)?;
+        }
+        if let Some(v) = self.shuffle_at_start {
+            e.shuffle_at_start = v;
+        }
+        for (key, value, slot) in [
+            (
+                "total_active_users",
+                self.total_active_users,
+                &mut e.total_active_users,
+            ),
+            (
+                "new_users_per_minute",
+                self.new_users_per_minute,
+                &mut e.new_users_per_minute,
+            ),
+        ] {
+            if let Some(v) = value {
+                within_limit(key, v).map_err(|e| e.to_string())?;
+                *slot = Some(v);
+            }
+        }
+        if let Some(v) = &self.session_duration {
+            e.session_duration_ms = Some(session_duration(v)?);
+        }
+        if let Some(v) = self.session_renewal {
+            e.session_renewal = Some(v);
+        }
+        if let Some(v) = self.queueing_method {
+            e.queueing_method = Some(v);
+        }
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use toml::de::DeTable;
 
-use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT};
+use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
 use super::keypath::{location, span_of, KeyPath};
 use super::load::{LoadOptions, Problem};
 use super::raw::*;
@@ -18,6 +18,7 @@ use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
     ServerConfig, StoreConfig, Unmatched,
 };
+use crate::store::EventSpec;
 use crate::store::{QueueingMethod, RoomState};
 
 /// Defaults for every optional key; `config/example.toml` shows the same values.
@@ -621,7 +622,7 @@ impl Checker<'_, '_> {
             if let Err(why) = check_id(&e.name) {
                 self.fail(&p.key("name"), format!("{:?} {why}", e.name));
             }
-            if let Some(j) = events.iter().position(|other| other.name == e.name) {
+            if let Some(j) = events.iter().position(|other| other.spec.name == e.name) {
                 self.fail(
                     &p.key("name"),
                     format!(
@@ -668,25 +669,58 @@ impl Checker<'_, '_> {
             let opens = prequeue_start.unwrap_or(start).min(start);
             // Overlapping events would leave it ambiguous whose limits apply.
             if let Some(j) = events.iter().position(|o| {
-                let o_opens = o.prequeue_start.unwrap_or(o.start).min(o.start);
-                opens < o.end && o_opens < end
+                let (o_opens, o_end) = (o.spec.opens_ms(), o.spec.end_ms);
+                let ms = |t: std::time::SystemTime| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64)
+                };
+                ms(opens) < o_end && o_opens < ms(end)
             }) {
                 self.fail(
                     &p.key("start"),
                     format!(
                         "event {:?} overlaps event[{j}] {:?} (prequeue included); events in a room must not overlap",
-                        e.name, events[j].name
+                        e.name, events[j].spec.name
                     ),
                 );
             }
+            let session_duration = e.session_duration.map(|raw| {
+                self.duration(
+                    &p.key("session_duration"),
+                    Some(raw),
+                    MIN_SESSION,
+                    MIN_SESSION,
+                )
+            });
+            let template = e.template.and_then(|t| {
+                if t.trim().is_empty() {
+                    self.fail(
+                        &p.key("template"),
+                        "must be a file path; leave it out for the room's page",
+                    );
+                    None
+                } else {
+                    Some(PathBuf::from(t))
+                }
+            });
+            let ms = |t: std::time::SystemTime| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+            };
             events.push(EventConfig {
-                name: e.name,
-                prequeue_start,
-                start,
-                end,
-                shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
-                total_active_users: e.total_active_users,
-                new_users_per_minute: e.new_users_per_minute,
+                spec: EventSpec {
+                    name: e.name,
+                    prequeue_start_ms: prequeue_start.map(ms),
+                    start_ms: ms(start),
+                    end_ms: ms(end),
+                    shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
+                    total_active_users: e.total_active_users,
+                    new_users_per_minute: e.new_users_per_minute,
+                    session_duration_ms: session_duration.map(|d| d.as_millis() as u64),
+                    session_renewal: e.session_renewal,
+                    queueing_method: e.queueing_method,
+                },
+                template,
             });
         }
         events
@@ -780,7 +814,7 @@ impl Checker<'_, '_> {
     }
 }
 
-fn check_id(id: &str) -> Result<(), &'static str> {
+pub(crate) fn check_id(id: &str) -> Result<(), &'static str> {
     let ok = (1..=64).contains(&id.len())
         && id
             .bytes()

@@ -21,6 +21,7 @@ use ipnet::IpNet;
 use crate::store::{QueueingMethod, RoomPolicy, RoomState};
 
 pub use crate::secret::{Secret, Secret32};
+pub(crate) use check::check_id;
 pub use load::{
     from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
     ConfigError, LoadOptions, Location, Problem,
@@ -204,13 +205,10 @@ impl RoomConfig {
     }
 }
 
+/// A `[[room.event]]`: its schedule and settings, and the page shown from
+/// its prequeue to its end (`None`: the room's).
 #[derive(Clone, Debug)]
 pub struct EventConfig {
-    pub name: String,
-    pub prequeue_start: Option<std::time::SystemTime>,
-    pub start: std::time::SystemTime,
-    pub end: std::time::SystemTime,
-    pub shuffle_at_start: bool,
-    pub total_active_users: Option<u64>,
-    pub new_users_per_minute: Option<u64>,
+    pub spec: crate::store::EventSpec,
+    pub template: Option<PathBuf>,
 }

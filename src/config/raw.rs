@@ -149,6 +149,10 @@ pub(super) struct RawEvent {
     pub(super) shuffle_at_start: Option<bool>,
     pub(super) total_active_users: Option<u64>,
     pub(super) new_users_per_minute: Option<u64>,
+    pub(super) session_duration: Option<RawDuration>,
+    pub(super) session_renewal: Option<bool>,
+    pub(super) queueing_method: Option<QueueingMethod>,
+    pub(super) template: Option<String>,
 }
 
 /// A duration string, kept with its text so messages quote what was written.

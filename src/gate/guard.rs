@@ -85,7 +85,7 @@ impl StoreGuard {
         room: &Room,
         now: Millis,
     ) -> Result<(VisitorId, Verdict), StoreError> {
-        let policy = room.policy();
+        let policy = room.policy_at(now);
         let visitor = VisitorId::random();
         let shared = self
             .timed(room, self.shared.arrive(&policy, visitor, now))
@@ -116,7 +116,7 @@ impl StoreGuard {
         seq: u64,
         now: Millis,
     ) -> Result<Verdict, StoreError> {
-        let policy = room.policy();
+        let policy = room.policy_at(now);
         match self
             .timed(room, self.shared.poll(&policy, visitor, seq, now))
             .await
@@ -137,7 +137,7 @@ impl StoreGuard {
         ticket_expires: Millis,
         now: Millis,
     ) -> Result<Option<Millis>, StoreError> {
-        let policy = room.policy();
+        let policy = room.policy_at(now);
         match self
             .timed(
                 room,
@@ -352,6 +352,14 @@ mod tests {
         async fn reset(&self, r: &RoomPolicy, now: Millis) -> Result<(), StoreError> {
             self.0.reset(r, now).await
         }
+        async fn start_event(
+            &self,
+            r: &RoomPolicy,
+            e: &crate::store::EventStart,
+            now: Millis,
+        ) -> Result<u64, StoreError> {
+            self.0.start_event(r, e, now).await
+        }
         async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
             self.0.overrides(room).await
         }
@@ -390,6 +398,7 @@ mod tests {
         let room = Room::new(
             config.rooms[0].clone(),
             crate::queue_page::Template::builtin(),
+            Vec::new(),
             telemetry.metrics.room("shop"),
             shared,
         );

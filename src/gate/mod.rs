@@ -24,6 +24,7 @@ pub mod guard;
 pub mod limits;
 pub mod pages;
 pub mod rooms;
+pub mod schedule;
 pub mod tickets;
 
 use std::net::{IpAddr, SocketAddr};
@@ -41,7 +42,9 @@ use crate::config::{Config, FailMode, Unmatched};
 use crate::proxy::{self, headers, Outbound, Proxy};
 use crate::queue_page::{self, Status, Template, VisitorState};
 use crate::respond::{bad_request, json, not_found, push_cookie, retry_after, text};
-use crate::store::{QueuePlace, SharedStore, StoreError, Verdict, VisitorId};
+use crate::store::{
+    EventSpec, QueuePlace, RoomOverrides, SharedStore, StoreError, Verdict, VisitorId,
+};
 use crate::telemetry::Telemetry;
 use crate::ticket::{Grant, KeyRing, Ticket};
 
@@ -72,6 +75,15 @@ pub struct Gate {
     /// Polls and new tickets per client address.
     pub limits: ClientLimits,
     access_log: bool,
+}
+
+/// Why a runtime change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum AmendError {
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,17 +160,20 @@ impl Gate {
     ) -> Result<Self, GateError> {
         let mut rooms = Vec::with_capacity(config.rooms.len());
         for room in &config.rooms {
-            if !room.events.is_empty() {
-                tracing::warn!(room = %room.id, "[[room.event]] is validated but not applied yet: the room's own limits stay in force");
-            }
             let template = match &room.template {
                 Some(path) => Template::load(path)?,
                 None => Template::builtin(),
             };
+            let mut events = Vec::with_capacity(room.events.len());
+            for e in &room.events {
+                let template = e.template.as_deref().map(Template::load).transpose()?;
+                events.push(Arc::new(schedule::Event::new(e.spec.clone(), template)));
+            }
             let metrics = telemetry.metrics.room(&room.id);
             rooms.push(Arc::new(Room::new(
                 room.clone(),
                 template,
+                events,
                 metrics,
                 clock.clone(),
             )));
@@ -241,9 +256,11 @@ impl Gate {
         }
     }
 
-    /// Reads the operators' runtime changes for every room and applies them.
+    /// Reads the operators' runtime changes for every room and applies
+    /// them; starts events that are due.
     pub async fn refresh_overrides(&self) {
         for room in self.rooms.all() {
+            self.start_due_event(room, self.clock.now_ms()).await;
             match self
                 .store
                 .call(self.store.shared.overrides(&room.config.id))
@@ -323,14 +340,14 @@ impl Gate {
         let key = ctx.canonical.match_key();
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
-                Unmatched::Forward => self.forward(req, &ctx, None).await,
+                Unmatched::Forward => self.forward(req, &ctx, None, None).await,
                 Unmatched::NotFound => not_found(),
             };
         };
 
         // Phase 3: bypass.
         if room.bypasses(&key, ctx.client, req.headers()) {
-            return self.forward(req, &ctx, None).await;
+            return self.forward(req, &ctx, Some(&room), None).await;
         }
 
         // Phase 4: ticket.
@@ -342,14 +359,21 @@ impl Gate {
         // Phase 5: respond.
         match decision {
             Decision::Forward { visitor, ticket } => {
-                self.forward(req, &ctx, Some((&room, visitor, ticket)))
+                self.forward(req, &ctx, Some(&room), Some((visitor, ticket)))
                     .await
             }
             Decision::Queued { place, ticket } => {
                 let cookie = self.tickets.set_cookie(&room, &ticket, ctx.now);
-                let status = self.status(&room, VisitorState::Queued, Some(place));
+                let status = self.status(&room, ctx.now, VisitorState::Queued, Some(place));
+                let in_force = room.in_force(ctx.now);
+                let template = in_force
+                    .event
+                    .as_ref()
+                    .and_then(|e| e.template.as_ref())
+                    .unwrap_or(&room.template);
                 pages::queue(
                     &room,
+                    template,
                     &status,
                     wants_json(&req),
                     self.status_url(&room),
@@ -438,6 +462,7 @@ impl Gate {
         {
             return Ok(Decision::SlowDown(wait));
         }
+        self.start_due_event(room, ctx.now).await;
         let verdict = self.store.poll(room, visitor, seq, ctx.now).await?;
         if matches!(verdict, Verdict::Admitted { .. }) {
             room.metrics.admitted.inc();
@@ -452,6 +477,7 @@ impl Gate {
             room.metrics.limited.inc();
             return Ok(Decision::TooManyArrivals(wait));
         }
+        self.start_due_event(room, ctx.now).await;
         let (visitor, verdict) = self.store.arrive(room, ctx.now).await?;
         match verdict {
             Verdict::Admitted { .. } => room.metrics.admitted.inc(),
@@ -491,25 +517,26 @@ impl Gate {
         match self.fail_mode {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.
-            FailMode::Open | FailMode::Local => self.forward(req, ctx, None).await,
+            FailMode::Open | FailMode::Local => self.forward(req, ctx, Some(room), None).await,
             FailMode::Closed => pages::store_unavailable(room),
         }
     }
 
     /// Forwards to the origin; for an admitted visitor names it to the
     /// origin, re-issues its cookie and carries out the origin's
-    /// `X-Waitroom-Command`.
+    /// `X-Waitroom-Command` (`close` on any request of the room).
     async fn forward(
         &self,
         req: Request<Incoming>,
         ctx: &Ctx<'_>,
-        admitted: Option<(&Room, VisitorId, Option<Ticket>)>,
+        room: Option<&Room>,
+        admitted: Option<(VisitorId, Option<Ticket>)>,
     ) -> Response<Body> {
         let out = Outbound {
             peer_text: &ctx.conn.peer_text,
             peer_trusted: ctx.peer_trusted,
             canonical: &ctx.canonical,
-            visitor: admitted.as_ref().map(|(_, v, _)| *v),
+            visitor: admitted.as_ref().map(|(v, _)| *v),
             worker: ctx.conn.worker,
         };
         let started = Instant::now();
@@ -524,16 +551,24 @@ impl Gate {
                 return pages::origin_error(&e);
             }
         };
-        let Some((room, visitor, ticket)) = admitted else {
+        let Some(room) = room else {
             return resp;
         };
-        let revoke = command
-            .as_ref()
-            .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(b"revoke"));
-        if revoke {
+        let command = command.as_ref().map(|c| c.as_bytes());
+        if command.is_some_and(|c| c.eq_ignore_ascii_case(b"close")) {
+            self.sold_out(room).await;
+        }
+        let Some((visitor, ticket)) = admitted else {
+            return resp;
+        };
+        if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
             match self
                 .store
-                .call(self.store.shared.release(&room.policy(), visitor, ctx.now))
+                .call(
+                    self.store
+                        .shared
+                        .release(&room.policy_at(ctx.now), visitor, ctx.now),
+                )
                 .await
             {
                 Ok(_) => {
@@ -551,6 +586,86 @@ impl Gate {
             );
         }
         resp
+    }
+
+    /// The origin said the room is sold out: `closed`, stored for every
+    /// instance (the operator reopens it through the admin API).
+    async fn sold_out(&self, room: &Room) {
+        if room.policy().state == crate::store::RoomState::Closed {
+            return;
+        }
+        match self
+            .amend(room, |o, _| {
+                o.state = Some(crate::store::RoomState::Closed);
+                Ok(())
+            })
+            .await
+        {
+            Ok(()) => {
+                tracing::warn!(room = %room.config.id, "the origin closed the room (sold out)")
+            }
+            Err(e) => {
+                tracing::error!(room = %room.config.id, error = %e, "the origin's close was not recorded")
+            }
+        }
+    }
+
+    /// Changes the room's stored runtime settings (read, change, write
+    /// with the next revision) and applies them here at once; the other
+    /// instances read them within a second. `change` gets the overrides
+    /// and the events in force, and may refuse.
+    pub async fn amend(
+        &self,
+        room: &Room,
+        change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,
+    ) -> Result<(), AmendError> {
+        let store = &self.store;
+        let mut o = match store.call(store.shared.overrides(&room.config.id)).await? {
+            Some(o) if o.config_fingerprint == room.fingerprint => o,
+            _ => RoomOverrides {
+                config_fingerprint: room.fingerprint,
+                ..RoomOverrides::default()
+            },
+        };
+        let events = room.events().iter().map(|e| e.spec.clone()).collect();
+        change(&mut o, events).map_err(AmendError::Refused)?;
+        o.revision += 1;
+        store
+            .call(store.shared.set_overrides(&room.config.id, Some(&o)))
+            .await?;
+        room.apply_overrides(Some(&o));
+        Ok(())
+    }
+
+    /// Asks the store to start the room's event when it is due and this
+    /// instance has not seen it started (the prequeue's shuffle). Until
+    /// then nobody is admitted here.
+    async fn start_due_event(&self, room: &Room, now: Millis) {
+        let in_force = room.in_force(now);
+        let Some(event) = in_force.event_to_start() else {
+            return;
+        };
+        let start = event.spec.start(rand::random());
+        let outcome = self
+            .store
+            .call(self.store.shared.start_event(&in_force.policy, &start, now))
+            .await;
+        match &outcome {
+            Ok(shuffled) => tracing::info!(
+                room = %room.config.id,
+                event = %event.spec.name,
+                shuffled,
+                "event started"
+            ),
+            Err(e) => tracing::warn!(
+                room = %room.config.id,
+                event = %event.spec.name,
+                error = %e,
+                "event not started yet; trying again"
+            ),
+        }
+        event.finish_start(outcome.is_ok());
+        room.refresh(now);
     }
 
     /// Phase 2 for the daemon's own paths.
@@ -589,19 +704,20 @@ impl Gate {
                 ..
             }) => match self.poll(&room, visitor, seq, ctx).await {
                 Ok(Decision::Forward { ticket, .. }) => (
-                    self.status(&room, VisitorState::Admitted, None),
+                    self.status(&room, ctx.now, VisitorState::Admitted, None),
                     ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
                 ),
                 Ok(Decision::Queued { place, ticket }) => (
-                    self.status(&room, VisitorState::Queued, Some(place)),
+                    self.status(&room, ctx.now, VisitorState::Queued, Some(place)),
                     Some(self.tickets.set_cookie(&room, &ticket, ctx.now)),
                 ),
-                Ok(Decision::Rejected(reason)) => {
-                    (self.status(&room, pages::reject_state(reason), None), None)
-                }
+                Ok(Decision::Rejected(reason)) => (
+                    self.status(&room, ctx.now, pages::reject_state(reason), None),
+                    None,
+                ),
                 Ok(Decision::SlowDown(wait)) => {
                     let seconds = limits::retry_after_secs(wait);
-                    let mut status = self.status(&room, VisitorState::Queued, None);
+                    let mut status = self.status(&room, ctx.now, VisitorState::Queued, None);
                     status.refresh_seconds = seconds;
                     let mut resp = json(StatusCode::TOO_MANY_REQUESTS, &status, None);
                     retry_after(&mut resp, seconds);
@@ -609,30 +725,61 @@ impl Gate {
                 }
                 // The place is gone; loading the room's page hands out a new one.
                 Ok(Decision::Ended | Decision::TooManyArrivals(_)) => {
-                    (self.status(&room, VisitorState::None, None), None)
+                    (self.status(&room, ctx.now, VisitorState::None, None), None)
                 }
                 // The store is down: tell the page to keep waiting.
-                Err(_) => (self.status(&room, VisitorState::Queued, None), None),
+                Err(_) => (
+                    self.status(&room, ctx.now, VisitorState::Queued, None),
+                    None,
+                ),
             },
             Some(Ticket {
                 grant: Grant::Admitted { .. },
                 ..
-            }) => (self.status(&room, VisitorState::Admitted, None), None),
+            }) => (
+                self.status(&room, ctx.now, VisitorState::Admitted, None),
+                None,
+            ),
             // No ticket: loading the room's page will hand one out.
-            None => (self.status(&room, VisitorState::None, None), None),
+            None => (self.status(&room, ctx.now, VisitorState::None, None), None),
         };
         json(StatusCode::OK, &status, cookie)
     }
 
-    fn status(&self, room: &Room, state: VisitorState, place: Option<QueuePlace>) -> Status {
-        let (position, queue_length) = place.map_or((0, 0), |p| (p.position, p.queue_length));
+    fn status(
+        &self,
+        room: &Room,
+        now: Millis,
+        state: VisitorState,
+        place: Option<QueuePlace>,
+    ) -> Status {
+        let (mut position, queue_length) = place.map_or((0, 0), |p| (p.position, p.queue_length));
+        let in_force = room.in_force(now);
+        let event = in_force.event.as_ref().map(|e| &e.spec);
+        let mut state = state;
+        let mut starts_in_seconds = None;
+        let mut eta_seconds = room.rate.eta_seconds(position, &in_force.policy);
+        if let (true, Some(e), VisitorState::Queued) = (in_force.before_start(), event, state) {
+            state = VisitorState::Prequeue;
+            let starts_in = e.start_ms.saturating_sub(now).div_ceil(1000);
+            starts_in_seconds = Some(starts_in);
+            if e.shuffle_at_start {
+                // Places are drawn at the start: no position to show yet.
+                position = 0;
+                eta_seconds = starts_in;
+            } else {
+                eta_seconds += starts_in;
+            }
+        }
         Status {
             room: room.config.id.clone(),
             state,
             position,
             queue_length,
-            eta_seconds: room.rate.eta_seconds(position, &room.policy()),
+            eta_seconds,
             refresh_seconds: room.config.refresh_interval.as_secs().max(1),
+            event: event.map(queue_page::EventInfo::of),
+            starts_in_seconds,
         }
     }
 

@@ -9,7 +9,7 @@ use http::{Response, StatusCode};
 
 use crate::body::Body;
 use crate::proxy::OriginError;
-use crate::queue_page::{QueueView, Status, VisitorState};
+use crate::queue_page::{QueueView, Status, Template, VisitorState};
 use crate::respond::{html, json, message, push_cookie, retry_after};
 use crate::store::RejectReason;
 
@@ -19,6 +19,7 @@ use super::rooms::Room;
 /// The queue page (or, for apps, the status JSON) with the ticket cookie.
 pub fn queue(
     room: &Room,
+    template: &Template,
     status: &Status,
     wants_json: bool,
     status_url: String,
@@ -30,7 +31,7 @@ pub fn queue(
         json(code, status, cookie)
     } else {
         let view = QueueView::new(status, &room.config.name, status_url, now_ms);
-        let mut resp = html(code, room.template.render(&view));
+        let mut resp = html(code, template.render(&view));
         if let Some(c) = cookie {
             push_cookie(resp.headers_mut(), c);
         }
@@ -51,6 +52,8 @@ pub fn rejected(room: &Room, reason: RejectReason, wants_json: bool) -> Response
             queue_length: 0,
             eta_seconds: 0,
             refresh_seconds: refresh,
+            event: None,
+            starts_in_seconds: None,
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }

@@ -2,7 +2,7 @@
 //! matcher that picks a room by host and longest path prefix.
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
 use http::HeaderMap;
@@ -17,18 +17,22 @@ use crate::telemetry::metrics::RoomMetrics;
 
 use super::eta::RateTracker;
 use super::limits::VisitorLimit;
-use crate::clock::SharedClock;
+use super::schedule::{self, Event, InForce, Phase};
+use crate::clock::{Millis, SharedClock};
 
 /// One room, ready to serve.
 pub struct Room {
     pub config: RoomConfig,
     /// The policy the config file gives.
     base_policy: RoomPolicy,
-    /// The policy in force: the base with the operator's runtime overrides.
-    policy: ArcSwap<RoomPolicy>,
-    /// Revision of the overrides in `policy` (0: none), held while a new
-    /// policy is chosen so a stale read cannot undo a newer change.
-    applied_revision: Mutex<u64>,
+    /// The config file's events.
+    config_events: Arc<Vec<Arc<Event>>>,
+    /// The operator's runtime changes in force and their revision (0:
+    /// none), held while the policy is worked out again, so a stale read
+    /// cannot undo a newer change.
+    applied: Mutex<Applied>,
+    /// The policy and event phase in force until the next scheduled change.
+    in_force: ArcSwap<InForce>,
     /// Identifies this room's configuration, so overrides made against an
     /// older config file are dropped once the file changes the room.
     pub fingerprint: u64,
@@ -44,20 +48,40 @@ pub struct Room {
     pub metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub poll_limit: VisitorLimit,
+    clock: SharedClock,
+}
+
+struct Applied {
+    revision: u64,
+    overrides: Option<RoomOverrides>,
+    events: Arc<Vec<Arc<Event>>>,
 }
 
 impl Room {
+    /// `events` are the config file's, with their pages compiled.
     pub fn new(
         config: RoomConfig,
         template: Template,
+        events: Vec<Arc<Event>>,
         metrics: RoomMetrics,
         clock: SharedClock,
     ) -> Self {
         let base_policy = config.policy();
-        Self {
-            fingerprint: fingerprint(&base_policy),
-            policy: ArcSwap::from_pointee(base_policy.clone()),
-            applied_revision: Mutex::new(0),
+        let events = Arc::new(events);
+        let room = Self {
+            fingerprint: fingerprint(&base_policy, &config),
+            in_force: ArcSwap::from_pointee(InForce {
+                policy: Arc::new(base_policy.clone()),
+                phase: Phase::None,
+                event: None,
+                next_change_ms: 0,
+            }),
+            applied: Mutex::new(Applied {
+                revision: 0,
+                overrides: None,
+                events: events.clone(),
+            }),
+            config_events: events,
             base_policy,
             cookie_name: format!("{COOKIE_PREFIX}{}", config.id),
             cookie_finder: memchr::memmem::Finder::new(&format!("{COOKIE_PREFIX}{}", config.id))
@@ -66,14 +90,97 @@ impl Room {
             template,
             rate: RateTracker::default(),
             metrics,
-            poll_limit: VisitorLimit::new(config.refresh_interval, clock),
+            poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
+            clock,
             config,
-        }
+        };
+        room.settle(&room.lock_applied(), room.clock.now_ms());
+        room
     }
 
     /// The policy in force now.
     pub fn policy(&self) -> Arc<RoomPolicy> {
-        self.policy.load_full()
+        self.policy_at(self.clock.now_ms())
+    }
+
+    /// The policy in force at `now` (the request's clock read).
+    pub fn policy_at(&self, now: Millis) -> Arc<RoomPolicy> {
+        self.in_force(now).policy.clone()
+    }
+
+    /// What is in force at `now`: one atomic load, unless a scheduled
+    /// change is due.
+    pub fn in_force(&self, now: Millis) -> Arc<InForce> {
+        let current = self.in_force.load_full();
+        if now < current.next_change_ms {
+            return current;
+        }
+        let applied = self.lock_applied();
+        // Another request may have done it meanwhile.
+        let current = self.in_force.load_full();
+        if now < current.next_change_ms {
+            return current;
+        }
+        self.settle(&applied, now)
+    }
+
+    /// The events in force: the config file's, or the operator's list.
+    pub fn events(&self) -> Arc<Vec<Arc<Event>>> {
+        self.lock_applied().events.clone()
+    }
+
+    /// Works out what is in force at `now` (again); call after an event's
+    /// start call ended.
+    pub fn refresh(&self, now: Millis) {
+        let applied = self.lock_applied();
+        self.settle(&applied, now);
+    }
+
+    fn lock_applied(&self) -> MutexGuard<'_, Applied> {
+        self.applied.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Works out the policy at `now` from the base, the event and the
+    /// operator's changes, and puts it in force.
+    fn settle(&self, applied: &Applied, now: Millis) -> Arc<InForce> {
+        let (phase, event, next_change_ms) = schedule::phase_at(&applied.events, now);
+        let policy =
+            schedule::policy_in(
+                &self.base_policy,
+                phase,
+                event.as_deref(),
+                |p| match &applied.overrides {
+                    Some(o) => o.apply(p),
+                    None => p.clone(),
+                },
+            );
+        let previous = self.in_force.load_full();
+        if *previous.policy != policy || previous.phase != phase {
+            tracing::info!(
+                room = %self.config.id,
+                state = ?policy.state,
+                method = ?policy.method,
+                total_active_users = policy.total_active_users,
+                new_users_per_minute = policy.new_users_per_minute,
+                session_duration_ms = policy.session_duration_ms,
+                event = event.as_ref().map(|e| e.spec.name.as_str()),
+                phase = ?phase,
+                "room settings in force"
+            );
+        }
+        let policy = if *previous.policy == policy {
+            previous.policy.clone()
+        } else {
+            Arc::new(policy)
+        };
+        let next = Arc::new(InForce {
+            policy,
+            phase,
+            event,
+            next_change_ms,
+        });
+        self.in_force.store(next.clone());
+        next
     }
 
     /// Applies the operator's runtime changes (or drops them when they were
@@ -84,34 +191,45 @@ impl Room {
     /// this instance applied at once. Missing overrides, or overrides made
     /// against another config, count as revision 0.
     pub fn apply_overrides(&self, overrides: Option<&RoomOverrides>) -> bool {
-        let (next, revision) = match overrides {
-            Some(o) if o.config_fingerprint == self.fingerprint => {
-                (o.apply(&self.base_policy), o.revision)
-            }
-            _ => (self.base_policy.clone(), 0),
+        let (overrides, revision) = match overrides {
+            Some(o) if o.config_fingerprint == self.fingerprint => (Some(o.clone()), o.revision),
+            _ => (None, 0),
         };
-        let mut applied = self
-            .applied_revision
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if revision < *applied {
+        let mut applied = self.lock_applied();
+        if revision < applied.revision || applied.overrides == overrides {
             return false;
         }
-        *applied = revision;
-        if *self.policy.load_full() == next {
-            return false;
-        }
-        tracing::info!(
-            room = %self.config.id,
-            state = ?next.state,
-            method = ?next.method,
-            total_active_users = next.total_active_users,
-            new_users_per_minute = next.new_users_per_minute,
-            session_duration_ms = next.session_duration_ms,
-            "room settings changed"
-        );
-        self.policy.store(Arc::new(next));
-        true
+        let events = match overrides.as_ref().and_then(|o| o.events.as_ref()) {
+            Some(specs) => Arc::new(
+                specs
+                    .iter()
+                    .map(|spec| {
+                        // An unchanged event keeps what this instance knows of it.
+                        applied
+                            .events
+                            .iter()
+                            .chain(self.config_events.iter())
+                            .find(|e| e.spec == *spec)
+                            .cloned()
+                            .unwrap_or_else(|| {
+                                let template = self
+                                    .config_events
+                                    .iter()
+                                    .find(|e| e.spec.name == spec.name)
+                                    .and_then(|e| e.template.clone());
+                                Arc::new(Event::new(spec.clone(), template))
+                            })
+                    })
+                    .collect(),
+            ),
+            None => self.config_events.clone(),
+        };
+        applied.revision = revision;
+        applied.overrides = overrides;
+        applied.events = events;
+        let before = self.in_force.load_full().policy.clone();
+        let after = self.settle(&applied, self.clock.now_ms());
+        *before != *after.policy
     }
 
     /// Whether this request skips the waiting room (SPEC §4 step 3).
@@ -134,10 +252,11 @@ impl Room {
     }
 }
 
-/// A stable digest of the limits a config file gives a room.
-fn fingerprint(p: &RoomPolicy) -> u64 {
+/// A stable digest of the limits and events a config file gives a room.
+fn fingerprint(p: &RoomPolicy, config: &RoomConfig) -> u64 {
+    let events: Vec<_> = config.events.iter().map(|e| &e.spec).collect();
     let canonical = format!(
-        "{}|{}|{}|{}|{}|{:?}|{}|{}|{}|{:?}",
+        "{}|{}|{}|{}|{}|{:?}|{}|{}|{}|{:?}|{:?}",
         p.room,
         p.total_active_users,
         p.new_users_per_minute,
@@ -147,7 +266,8 @@ fn fingerprint(p: &RoomPolicy) -> u64 {
         p.max_queue_length,
         p.abandon_after_ms,
         p.arrival_grace_ms,
-        p.state
+        p.state,
+        events
     );
     let digest = Sha256::digest(canonical.as_bytes());
     let mut first = [0u8; 8];
@@ -207,7 +327,13 @@ mod tests {
         .unwrap();
         let metrics = crate::telemetry::metrics::Metrics::new().room("shop");
         let clock: SharedClock = Arc::new(crate::clock::ManualClock::new(0));
-        Room::new(config.rooms[0].clone(), Template::builtin(), metrics, clock)
+        Room::new(
+            config.rooms[0].clone(),
+            Template::builtin(),
+            Vec::new(),
+            metrics,
+            clock,
+        )
     }
 
     fn limit(room: &Room, users: u64, revision: u64) -> RoomOverrides {

@@ -242,6 +242,95 @@ pub struct RoomOverrides {
     /// overrides it applied with an older revision it read before them.
     #[serde(default)]
     pub revision: u64,
+    /// The room's events as the operator changed them through the admin
+    /// API (they replace the config file's list); `None`: the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventSpec>>,
+}
+
+/// A scheduled period with its own settings (SPEC §6 "Events"), as the
+/// config file gives it or the admin API stores it. Times in ms since the
+/// Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSpec {
+    pub name: String,
+    /// From here to `start` every visitor gets a queue ticket and waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prequeue_start_ms: Option<Millis>,
+    pub start_ms: Millis,
+    pub end_ms: Millis,
+    /// At `start`, put the prequeue in a random order.
+    #[serde(default)]
+    pub shuffle_at_start: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_active_users: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_users_per_minute: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_duration_ms: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_renewal: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queueing_method: Option<QueueingMethod>,
+}
+
+impl EventSpec {
+    /// When the event begins to matter: its prequeue, or its start.
+    pub fn opens_ms(&self) -> Millis {
+        self.prequeue_start_ms
+            .unwrap_or(self.start_ms)
+            .min(self.start_ms)
+    }
+
+    /// Whether two events' periods (prequeue included) overlap.
+    pub fn overlaps(&self, other: &EventSpec) -> bool {
+        self.opens_ms() < other.end_ms && other.opens_ms() < self.end_ms
+    }
+
+    /// `policy` with this event's settings.
+    pub fn apply(&self, policy: &mut RoomPolicy) {
+        if let Some(v) = self.total_active_users {
+            policy.total_active_users = v;
+        }
+        if let Some(v) = self.new_users_per_minute {
+            policy.new_users_per_minute = v;
+        }
+        if let Some(v) = self.session_duration_ms {
+            policy.session_duration_ms = v;
+        }
+        if let Some(v) = self.session_renewal {
+            policy.session_renewal = v;
+        }
+        if let Some(v) = self.queueing_method {
+            policy.method = v;
+        }
+    }
+
+    /// What the store needs to start this event's admissions.
+    pub fn start(&self, seed: u64) -> EventStart {
+        EventStart {
+            key: format!("{}@{}", self.name, self.start_ms),
+            prequeue_seq: next_seq(self.opens_ms(), 0),
+            start_seq: next_seq(self.start_ms, 0),
+            shuffle: self.shuffle_at_start,
+            seed,
+        }
+    }
+}
+
+/// The one store step that starts an event (see [`Store::start_event`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventStart {
+    /// Names this event's start, so it is done once: `name@start_ms`.
+    pub key: String,
+    /// Visitors queued with a `seq` in `prequeue_seq..start_seq` arrived
+    /// during the prequeue.
+    pub prequeue_seq: u64,
+    pub start_seq: u64,
+    /// Put the prequeue in a random order.
+    pub shuffle: bool,
+    /// Seeds the shuffle.
+    pub seed: u64,
 }
 
 impl RoomOverrides {
@@ -341,6 +430,21 @@ pub trait Store: Send + Sync + 'static {
     /// queue (every queue ticket issued so far is void), no rate history.
     /// Overrides stay.
     async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError>;
+
+    /// Starts an event's admissions, once per `event.key` however many
+    /// instances ask: when `event.shuffle`, the visitors queued during the
+    /// prequeue (`seq` in `prequeue_seq..start_seq`) are put in a random
+    /// order in one atomic step, every one of them ahead of whoever arrives
+    /// after the start. The new order takes the `seq`s just below
+    /// `prequeue_seq`, so tickets still carrying a prequeue `seq` are known
+    /// to be stale and get the new one at their next poll. Returns how many
+    /// visitors were shuffled (0 when already started).
+    async fn start_event(
+        &self,
+        room: &RoomPolicy,
+        event: &EventStart,
+        now_ms: Millis,
+    ) -> Result<u64, StoreError>;
 
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;

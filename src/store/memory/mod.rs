@@ -38,11 +38,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 use super::{
-    next_seq, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
-    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+    next_seq, EventStart, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
+    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};
@@ -225,6 +225,26 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn start_event(
+        &self,
+        room: &RoomPolicy,
+        event: &EventStart,
+        now_ms: Millis,
+    ) -> Result<u64, StoreError> {
+        Ok(self.with_room(room, |r| {
+            if r.started_event.as_deref() == Some(event.key.as_str()) {
+                return 0;
+            }
+            r.started_event = Some(event.key.clone());
+            if !event.shuffle {
+                return 0;
+            }
+            let mut rng = rand::rngs::StdRng::seed_from_u64(event.seed);
+            r.queue
+                .shuffle_range(event.prequeue_seq, event.start_seq, &mut rng, now_ms)
+        }))
+    }
+
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
         let all = self
             .overrides
@@ -265,6 +285,8 @@ struct Room {
     /// Queue tickets with a `seq` at or below this were issued before the
     /// last reset: they are void.
     reset_floor: u64,
+    /// The last event started here (`EventStart::key`): started once.
+    started_event: Option<String>,
     totals: RoomTotals,
 }
 
@@ -277,6 +299,7 @@ impl Room {
             queue: Queue::new(),
             last_seq: 0,
             reset_floor: 0,
+            started_event: None,
             totals: RoomTotals::default(),
         }
     }

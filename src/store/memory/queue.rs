@@ -59,6 +59,34 @@ impl Queue {
         self.entries.touch(node, now);
     }
 
+    /// Gives the entries with a `seq` in `lo..hi` the `seq`s just below `lo`,
+    /// in an order drawn from `rng`; returns how many moved. Their
+    /// abandonment clock starts again at `now`.
+    pub(super) fn shuffle_range(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        rng: &mut impl rand::Rng,
+        now: Millis,
+    ) -> u64 {
+        let mut moved: Vec<VisitorId> = (0..self.len())
+            .map(|k| self.entries.key(self.entries.select(k)))
+            .filter(|key| (lo..hi).contains(&key.seq))
+            .map(|key| key.visitor)
+            .collect();
+        for visitor in &moved {
+            if let Some(node) = self.find(visitor) {
+                self.remove(node);
+            }
+        }
+        rand::seq::SliceRandom::shuffle(moved.as_mut_slice(), rng);
+        let first = lo.saturating_sub(moved.len() as u64);
+        for (i, visitor) in moved.iter().enumerate() {
+            self.insert(first + i as u64, *visitor, now);
+        }
+        moved.len() as u64
+    }
+
     /// Removes entries last polled before `cutoff`; returns how many.
     pub(super) fn drop_polled_before(&mut self, cutoff: Millis) -> u64 {
         let mut dropped = 0;

@@ -19,7 +19,9 @@
 //!   frontier and spaced by a fixed share of the distance beyond it, so a
 //!   position read between two samples is off by at most that share;
 //! * the queue places released since, and the reset floor: those tickets
-//!   are ended and go to the scripts, which say so.
+//!   are ended and go to the scripts, which say so; and the range of `seq`s
+//!   an event's shuffle renumbered: those tickets get their new `seq` from
+//!   the scripts.
 //!
 //! Everything else goes to the scripts as before: visitors at or inside
 //! the frontier (who may be admitted now), rooms that are not FIFO or not
@@ -59,6 +61,9 @@ pub struct Description {
     pub frontier: Option<u64>,
     /// Queue tickets at or below this seq were voided by a reset.
     pub reset_floor: u64,
+    /// Queue tickets with a seq in this range were renumbered when an event
+    /// started (`lua/start_event.lua`): the scripts hand out the new one.
+    pub stale: std::ops::Range<u64>,
     /// Queue places released (ended) but still remembered.
     pub ended: HashSet<VisitorId>,
     /// (rank, seq) from the frontier to the back, increasing in both.
@@ -73,7 +78,11 @@ impl Description {
         if now < self.made_ms || now > self.made_ms + VALID_MS {
             return None;
         }
-        if seq <= frontier || seq <= self.reset_floor || self.ended.contains(&visitor) {
+        if seq <= frontier
+            || seq <= self.reset_floor
+            || self.stale.contains(&seq)
+            || self.ended.contains(&visitor)
+        {
             return None;
         }
         let rank = self.rank(seq);
@@ -230,6 +239,7 @@ mod tests {
             length: 1_000,
             frontier: samples.first().map(|&(_, s)| s),
             reset_floor: 0,
+            stale: 0..0,
             ended: HashSet::from([vid(9)]),
             samples,
         }

@@ -31,8 +31,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, Script, ScriptInvocation, Value};
 
 use super::{
-    Millis, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
-    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+    EventStart, Millis, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
+    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
@@ -60,6 +60,7 @@ struct Scripts {
     frontier: Script,
     totals: Script,
     reset: Script,
+    start_event: Script,
     overrides: Script,
     set_overrides: Script,
 }
@@ -75,6 +76,7 @@ impl Scripts {
             frontier: Script::new(room_script!("lua/frontier.lua")),
             totals: Script::new(include_str!("lua/totals.lua")),
             reset: Script::new(include_str!("lua/reset.lua")),
+            start_event: Script::new(room_script!("lua/start_event.lua")),
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
         }
@@ -534,9 +536,10 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
         _ => return Err(bad()),
     };
     let reset_floor = int(2)?;
-    let places = usize::try_from(int(3)?).map_err(|_| bad())?;
+    let stale = int(3)?..int(4)?;
+    let places = usize::try_from(int(5)?).map_err(|_| bad())?;
     let mut ended = HashSet::with_capacity(places);
-    for item in items.iter().skip(4).take(places) {
+    for item in items.iter().skip(6).take(places) {
         let hex = match item {
             Value::BulkString(b) => std::str::from_utf8(b).ok(),
             Value::SimpleString(s) => Some(s.as_str()),
@@ -544,7 +547,7 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
         };
         ended.insert(hex.and_then(VisitorId::from_hex).ok_or_else(bad)?);
     }
-    let rest = &items[(4 + places).min(items.len())..];
+    let rest = &items[(6 + places).min(items.len())..];
     if rest.len() % 2 != 0 {
         return Err(bad());
     }
@@ -563,6 +566,7 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
         length,
         frontier,
         reset_floor,
+        stale,
         ended,
         samples,
     })
@@ -754,6 +758,28 @@ impl Store for RedisStore {
         self.inner.run(&inv).await?;
         self.inner.frontiers.forget(&room.room);
         Ok(())
+    }
+
+    async fn start_event(
+        &self,
+        room: &RoomPolicy,
+        event: &EventStart,
+        now_ms: Millis,
+    ) -> Result<u64, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = Inner::room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
+        inv.arg(event.key.as_str())
+            .arg(event.prequeue_seq)
+            .arg(event.start_seq)
+            .arg(u8::from(event.shuffle))
+            // Redis seeds its script generator with 32 bits.
+            .arg(event.seed & 0x7fff_ffff);
+        let reply = self.inner.run(&inv).await?;
+        let moved = as_u64(&reply).ok_or_else(|| protocol("start_event", &reply))?;
+        if moved > 0 {
+            self.inner.frontiers.forget(&room.room);
+        }
+        Ok(moved)
     }
 
     async fn upkeep(&self) {

@@ -11,10 +11,13 @@
 -- ARGV[15] = the shortest queue worth describing (shorter: scripts answer)
 -- ARGV[16..] = (visitor, time) pairs: polls answered from the last description
 --
--- Returns {length, bound, reset_floor, n, place_1 .. place_n, rank_1, seq_1,
+-- Returns {length, bound, reset_floor, stale_lo, stale_hi, n, place_1 ..
+-- place_n, rank_1, seq_1,
 -- rank_2, seq_2, ...}: `bound` is the most admissions the rate window allows
 -- within ARGV[13] ms (-1: nothing may be answered from this description),
--- the places are queue places released in the meantime (they are ended),
+-- [stale_lo, stale_hi) the seqs an event's shuffle renumbered (tickets
+-- carrying one go to the scripts for their new seq), the places are queue
+-- places released in the meantime (they are ended),
 -- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
 -- has a higher seq cannot be admitted before ARGV[13] ms have passed) to the
 -- last place.
@@ -35,7 +38,8 @@ maintain()
 promote()
 
 local len = redis.call('ZCARD', K_QUEUE)
-local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
+local meta = redis.call('HMGET', K_META, 'reset_floor', 'stale_lo', 'stale_hi')
+local floor = tonumber(meta[1] or '0')
 
 -- The bound holds for FIFO rooms with a rate limit. Another instance may
 -- already apply an operator's change this one has not read yet: the
@@ -74,7 +78,7 @@ if bound >= 0 then
     end
 end
 
-local out = { len, bound, floor, #places }
+local out = { len, bound, floor, tonumber(meta[2] or '0'), tonumber(meta[3] or '0'), #places }
 for _, p in ipairs(places) do
     out[#out + 1] = p
 end
