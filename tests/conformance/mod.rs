@@ -20,8 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
-    QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats,
-    RoomTotals, SharedStore, Verdict, VisitorId,
+    EventSpec, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
+    RoomStats, RoomTotals, SharedStore, Verdict, VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -79,6 +79,7 @@ macro_rules! store_conformance {
             stats_and_totals_report_exact_figures,
             arrive_and_poll_are_idempotent,
             overrides_round_trip_per_room_and_survive_reset,
+            an_event_start_shuffles_the_prequeue_once,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -1207,4 +1208,119 @@ pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
 
     store.set_overrides(&p.room, None).await.unwrap();
     assert_eq!(store.overrides(&p.room).await.unwrap(), None);
+}
+
+/// SPEC §6 "Events": 1,000 visitors queue during a prequeue (the room is
+/// paused, nobody admitted); at the start one atomic step puts them in a
+/// random order, once however many callers ask at the same moment; they
+/// stay behind whoever queued before the prequeue and ahead of everyone
+/// who arrives after the start; their old tickets get the new order; the
+/// room then lets them in in that order.
+pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
+    let prequeue_start = T0 + MINUTE;
+    let start = prequeue_start + 10 * MINUTE;
+    let event = EventSpec {
+        name: "drop".into(),
+        prequeue_start_ms: Some(prequeue_start),
+        start_ms: start,
+        end_ms: start + 60 * MINUTE,
+        shuffle_at_start: true,
+        total_active_users: Some(50),
+        new_users_per_minute: Some(50),
+        session_duration_ms: None,
+        session_renewal: None,
+        queueing_method: None,
+    };
+    let mut p = room("event");
+    p.total_active_users = 0;
+    p.state = RoomState::Paused;
+    // (Nobody here polls while waiting.)
+    p.abandon_after_ms = 60 * MINUTE;
+    let r = bind(h, p.clone());
+    // Three were waiting before the prequeue opened.
+    let early = r.queue_up(3, T0).await;
+    // 1,000 arrive during the prequeue, one every 500 ms.
+    let mut pre = Vec::new();
+    for i in 0..1000u64 {
+        let at = prequeue_start + i * 500;
+        pre.extend(r.queue_up(1, at).await);
+        if i == 999 {
+            assert!(at < start);
+        }
+    }
+    assert_eq!(r.stats(start - 1).await.active, 0);
+
+    // At the start: two instances ask at once.
+    let mut running = p.clone();
+    running.state = RoomState::Paused; // still, until the start is confirmed
+    let a = event.start(1);
+    let b = event.start(2);
+    let (ra, rb) = tokio::join!(
+        h.store.start_event(&running, &a, start),
+        h.store.start_event(&running, &b, start)
+    );
+    let mut moved = [ra.unwrap(), rb.unwrap()];
+    moved.sort();
+    assert_eq!(moved, [0, 1000], "shuffled once, by one caller");
+    assert_eq!(
+        h.store
+            .start_event(&running, &a, start + SECOND)
+            .await
+            .unwrap(),
+        0,
+        "started once"
+    );
+
+    // Someone arriving after the start waits behind the whole prequeue.
+    let late = r.queue_up(1, start + SECOND).await;
+    let now = start + 2 * SECOND;
+    for (i, (v, seq)) in early.iter().enumerate() {
+        assert_eq!(queued(r.poll(*v, *seq, now).await).position, i as u64 + 1);
+    }
+    // The prequeue's old tickets learn their new place and seq.
+    let mut order = BTreeMap::new();
+    let mut fixed = 0;
+    for (i, (v, seq)) in pre.iter().enumerate() {
+        let place = queued(r.poll(*v, *seq, now).await);
+        assert!(
+            (4..=1003).contains(&place.position),
+            "{i}: {}",
+            place.position
+        );
+        assert!(place.seq < prequeue_start_seq(prequeue_start), "renumbered");
+        if place.position == i as u64 + 4 {
+            fixed += 1;
+        }
+        assert!(order.insert(place.position, (*v, place.seq)).is_none());
+    }
+    assert_eq!(order.len(), 1000, "a permutation");
+    assert!(fixed < 20, "{fixed} kept their arrival place: not shuffled");
+    assert_eq!(
+        queued(r.poll(late[0].0, late[0].1, now).await).position,
+        1004
+    );
+
+    // Open under the event's limits: the early three, then the drawn order.
+    let mut open = p.clone();
+    open.state = RoomState::Open;
+    event.apply(&mut open);
+    let r = bind(h, open);
+    let at = now + SECOND;
+    for (v, seq) in &early {
+        admitted(r.poll(*v, *seq, at).await);
+    }
+    let admitted_now: Vec<_> = {
+        let mut out = Vec::new();
+        for (position, (v, seq)) in &order {
+            if let Verdict::Admitted { .. } = r.poll(*v, *seq, at).await {
+                out.push(*position);
+            }
+        }
+        out
+    };
+    assert_eq!(admitted_now, (4..=50).collect::<Vec<u64>>());
+}
+
+fn prequeue_start_seq(at: Millis) -> u64 {
+    waitroom::store::next_seq(at, 0)
 }

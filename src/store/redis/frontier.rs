@@ -271,6 +271,16 @@ mod tests {
     }
 
     #[test]
+    fn tickets_an_event_renumbered_go_to_the_scripts() {
+        let mut d = description(vec![(100, 5_000), (999, 9_000)]);
+        d.stale = 6_000..7_000;
+        assert!(d.answer(vid(1), 6_000, 1_000).is_none());
+        assert!(d.answer(vid(1), 6_999, 1_000).is_none());
+        assert!(d.answer(vid(1), 7_000, 1_000).is_some());
+        assert!(d.answer(vid(1), 5_999, 1_000).is_some());
+    }
+
+    #[test]
     fn a_room_without_a_frontier_answers_nothing() {
         let mut d = description(vec![(100, 5_000)]);
         d.frontier = None;
