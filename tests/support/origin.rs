@@ -161,6 +161,12 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
             tokio::time::sleep(Duration::from_millis(query_u64(&req, "ms"))).await;
             reply(StatusCode::OK, full("slow"))
         }
+        "/sold-out" => {
+            let mut resp = reply(StatusCode::OK, full("that was the last one"));
+            resp.headers_mut()
+                .insert("x-waitroom-command", "close".parse().unwrap());
+            resp
+        }
         "/revoke" => {
             let mut resp = reply(StatusCode::OK, full("thanks for your order"));
             resp.headers_mut()
