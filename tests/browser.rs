@@ -262,3 +262,77 @@ async fn screenshots() {
         .unwrap();
     }
 }
+
+/// SPEC §6 "Events": a visitor who comes during the prequeue sees the
+/// countdown; at the start the page turns into the queue by itself, and
+/// then into the site, landing on the URL first asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
+    use waitroom::store::EventSpec;
+    let t0 = support::T0;
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].session_duration = Duration::from_secs(600);
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.rooms[0].abandon_after = Duration::from_secs(600);
+        c.rooms[0].events = vec![waitroom::config::EventConfig {
+            spec: EventSpec {
+                name: "launch".into(),
+                prequeue_start_ms: Some(t0 + 1_000),
+                start_ms: t0 + 90_000,
+                end_ms: t0 + 3_600_000,
+                shuffle_at_start: true,
+                total_active_users: None,
+                new_users_per_minute: None,
+                session_duration_ms: Some(600_000),
+                session_renewal: None,
+                queueing_method: None,
+            },
+            template: None,
+        }];
+    })
+    .await;
+    // Someone got in before the prequeue and holds the one place.
+    let (_a, a) = admit(&h).await;
+    h.clock.advance(Duration::from_secs(1));
+
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/launch?x=1")).await.unwrap();
+    let title = browser.text_of("wr-title").await;
+    assert!(title.starts_with("launch starts at"), "{title}");
+    let countdown = browser.text_of("wr-countdown").await;
+    assert!(
+        countdown.starts_with("1 min 2") && countdown.ends_with(" s"),
+        "{countdown}"
+    );
+    // Without JavaScript the countdown still makes sense: the start time
+    // and the seconds left are in the page itself.
+    let source = browser.client.source().await.unwrap();
+    assert!(
+        source.contains("datetime=\"2027-01-15T08:01:30Z\""),
+        "start time shown"
+    );
+    assert!(
+        source.contains("http-equiv=\"refresh\""),
+        "refreshes without script"
+    );
+
+    // The start: the page polls, sees the queue and turns into it.
+    h.clock.advance(Duration::from_secs(89));
+    browser
+        .wait_until(
+            "document.getElementById('wr-title') && document.getElementById('wr-title').textContent === 'You are in the queue'",
+            WAIT,
+        )
+        .await;
+    assert_eq!(browser.text_of("wr-position").await, "1");
+
+    // The place frees up: the page lands on the site, on the URL it asked for.
+    release(&h, a).await;
+    browser
+        .wait_until("document.body.innerText.includes('\"uri\"')", WAIT)
+        .await;
+    let body = browser.eval("document.body.innerText").await;
+    let echo: serde_json::Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    assert_eq!(echo["uri"], "/launch?x=1");
+}
