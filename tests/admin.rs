@@ -360,6 +360,7 @@ async fn metrics_show_rooms_decisions_and_proxy_figures() {
         "waitroom_origin_latency_seconds_count 2",
         "waitroom_store_errors_total 0",
         "waitroom_store_up 1",
+        "waitroom_queue_wait_seconds_count{room=\"shop\"} 0",
     ] {
         assert!(text.contains(needle), "{needle} not in\n{text}");
     }
@@ -370,7 +371,8 @@ async fn metrics_show_rooms_decisions_and_proxy_figures() {
         .json()
         .await
         .unwrap();
-    let samples = history["shop"].as_array().unwrap();
+    assert_eq!(history["now"], h.clock_now());
+    let samples = history["rooms"]["shop"]["samples"].as_array().unwrap();
     assert_eq!(samples.last().unwrap()["active"], 2);
     assert_eq!(samples.last().unwrap()["queued"], 1);
 }

@@ -293,11 +293,10 @@ impl Admin {
                     None,
                 ))
             }
-            (&Method::GET, ["api", "history"]) => Ok(json(
-                StatusCode::OK,
-                &self.telemetry.history.snapshot(),
-                None,
-            )),
+            (&Method::GET, ["api", "history"]) => {
+                let now = self.gates.load_full().clock.now_ms();
+                Ok(json(StatusCode::OK, &self.telemetry.history(now), None))
+            }
             _ => Err(AdminError::NotFound),
         }
     }

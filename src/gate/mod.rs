@@ -249,7 +249,7 @@ impl Gate {
                     active: stats.active,
                     limit: policy.total_active_users,
                     queued: stats.queued,
-                    admitted_per_minute: stats.admitted_last_minute,
+                    admitted_total: totals.map(|t| t.admitted),
                     eta_seconds,
                 },
             );
@@ -466,6 +466,7 @@ impl Gate {
         let verdict = self.store.poll(room, visitor, seq, ctx.now).await?;
         if matches!(verdict, Verdict::Admitted { .. }) {
             room.metrics.admitted.inc();
+            room.metrics.queue_wait.admitted(seq, ctx.now);
         }
         Ok(self.verdict(room, visitor, verdict, ctx.now))
     }

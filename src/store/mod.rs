@@ -60,6 +60,12 @@ pub fn next_seq(now_ms: Millis, last_seq: u64) -> u64 {
     (now_ms.saturating_sub(SEQ_EPOCH_MS) * SEQ_PER_MS).max(last_seq + 1)
 }
 
+/// When the visitor holding `seq` arrived (to the millisecond; a burst of
+/// more than `SEQ_PER_MS` arrivals in one millisecond reads a little later).
+pub fn seq_arrival_ms(seq: u64) -> Millis {
+    seq / SEQ_PER_MS + SEQ_EPOCH_MS
+}
+
 /// A visitor's random, opaque identity (128 bits).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VisitorId(pub [u8; 16]);

@@ -1,12 +1,17 @@
 //! Prometheus metrics: typed handles created once at start-up (per room when
 //! the gate is built), so the request path only bumps atomics.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use super::wait::{QueueWait, WaitHour, WaitSummary, PROMETHEUS_BUCKETS};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoomLabel {
@@ -37,6 +42,10 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
+fn wait_histogram() -> Histogram {
+    Histogram::new(PROMETHEUS_BUCKETS)
+}
+
 /// Every metric the daemon exports. Lives as long as the daemon (config
 /// reloads keep it), so counters never reset while it runs.
 pub struct Metrics {
@@ -51,6 +60,10 @@ pub struct Metrics {
     /// Outcomes of this instance's decisions.
     decisions: Family<OutcomeLabel, Counter>,
     decision_latency: HistogramFamily<RoomLabel>,
+    /// Time in queue of visitors let in from the queue by this instance.
+    queue_wait: HistogramFamily<RoomLabel>,
+    /// The same waits, the last hour by minute, per room (for the dashboard).
+    wait_hours: Mutex<HashMap<String, Arc<Mutex<WaitHour>>>>,
     store_errors: Counter,
     store_up: Gauge,
     proxy_responses: Family<ClassLabel, Counter>,
@@ -69,6 +82,8 @@ pub struct RoomMetrics {
     /// New visitors refused because their address asked for tickets too fast.
     pub limited: Counter,
     pub decision_latency: Histogram,
+    /// Where a queued visitor's wait is recorded when its poll is admitted.
+    pub queue_wait: QueueWait,
 }
 
 /// Live figures of a room, as the refresh task reads them.
@@ -99,6 +114,8 @@ impl Metrics {
             store_totals: Family::default(),
             decisions: Family::default(),
             decision_latency: Family::new_with_constructor(latency_histogram),
+            queue_wait: Family::new_with_constructor(wait_histogram),
+            wait_hours: Mutex::default(),
             store_errors: Counter::default(),
             store_up: Gauge::default(),
             proxy_responses: Family::default(),
@@ -133,6 +150,11 @@ impl Metrics {
             "decision_latency_seconds",
             "Time of one store decision",
             m.decision_latency.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time in queue of visitors let in from the queue (this instance's polls)",
+            m.queue_wait.clone(),
         );
         registry.register(
             "store_errors",
@@ -181,7 +203,37 @@ impl Metrics {
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),
+            queue_wait: QueueWait {
+                seconds: self.queue_wait.get_or_create_owned(&RoomLabel {
+                    room: room.to_owned(),
+                }),
+                hour: self
+                    .wait_hours
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(room.to_owned())
+                    .or_default()
+                    .clone(),
+            },
         }
+    }
+
+    /// Every room's time in queue over the hour up to `now`.
+    pub fn queue_waits(&self, now: u64) -> HashMap<String, WaitSummary> {
+        let hours: Vec<(String, Arc<Mutex<WaitHour>>)> = self
+            .wait_hours
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(room, hour)| (room.clone(), hour.clone()))
+            .collect();
+        hours
+            .into_iter()
+            .map(|(room, hour)| {
+                let summary = hour.lock().unwrap_or_else(|p| p.into_inner()).summary(now);
+                (room, summary)
+            })
+            .collect()
     }
 
     /// Publishes a room's live figures (from the background refresh, not the request path).

@@ -1,12 +1,16 @@
 //! What the daemon reports about itself and outlives a config reload:
-//! Prometheus metrics, the last hour of each room's figures for the
-//! dashboard, and the draining flag `/ready` reads. The gate writes it, the
+//! Prometheus metrics, the last hour of each room's figures and of its
+//! visitors' time in queue for the dashboard, and the draining flag
+//! `/ready` reads. The gate writes it, the
 //! admin listener reads it; it depends on neither.
 
 pub mod history;
 pub mod metrics;
+pub mod wait;
 
 use std::sync::atomic::AtomicBool;
+
+use history::{per_minute, Report, RoomHistory};
 
 pub use history::History;
 pub use metrics::{Metrics, RoomMetrics};
@@ -18,4 +22,29 @@ pub struct Telemetry {
     pub history: History,
     /// Set on SIGTERM: `/ready` answers 503 so load balancers stop sending.
     pub draining: AtomicBool,
+}
+
+impl Telemetry {
+    /// Every room's last hour up to `now`: samples, admissions per minute
+    /// and time in queue.
+    pub fn history(&self, now: u64) -> Report {
+        let mut rooms: std::collections::BTreeMap<String, RoomHistory> = self
+            .history
+            .snapshot()
+            .into_iter()
+            .map(|(room, samples)| {
+                let minutes = per_minute(&samples);
+                let history = RoomHistory {
+                    samples,
+                    minutes,
+                    queue_wait: Default::default(),
+                };
+                (room, history)
+            })
+            .collect();
+        for (room, waits) in self.metrics.queue_waits(now) {
+            rooms.entry(room).or_default().queue_wait = waits;
+        }
+        Report { now, rooms }
+    }
 }
