@@ -233,15 +233,16 @@ async fn charts_have_a_clock_axis_values_and_admissions_per_clock_minute() {
     );
     assert_eq!(browser.eval(&latest("queued")).await, "0");
 
-    // Event markers: no `events` on the rooms (today's daemons), none drawn.
+    // Event markers: a room without events, none drawn.
     assert_eq!(
         browser
             .eval(&format!("{}.length", over(".marker", "e")))
             .await,
         0
     );
-    // Rooms that carry events (as `/api/rooms` will): the page's own fetch
-    // is wrapped to add them, so the real rendering path draws them.
+    // Rooms that carry events (the shape `/api/rooms` gives, checked in
+    // tests/events.rs), odd ones included: the page's own fetch is wrapped
+    // to add them at chosen instants, so the real rendering path draws them.
     browser
         .eval(&format!(
             r#"(function () {{
