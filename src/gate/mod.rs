@@ -214,8 +214,9 @@ impl Gate {
                 .call(self.store.shared.totals(&policy))
                 .await
                 .ok();
-            room.rate.observe(&stats, totals.as_ref(), now);
-            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy);
+            room.rate.observe(&stats, totals.as_ref(), &policy, now);
+            let refresh = room.config.refresh_interval;
+            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
             self.telemetry.metrics.set_room(
                 &room.config.id,
                 &crate::telemetry::metrics::RoomFigures {
@@ -631,7 +632,11 @@ impl Gate {
             state,
             position,
             queue_length,
-            eta_seconds: room.rate.eta_seconds(position, &room.policy()),
+            eta_seconds: room.rate.eta_seconds(
+                position,
+                &room.policy(),
+                room.config.refresh_interval,
+            ),
             refresh_seconds: room.config.refresh_interval.as_secs().max(1),
         }
     }
