@@ -349,7 +349,7 @@ impl Admin {
             "active": stats.active,
             "queued": stats.queued,
             "admitted_last_minute": stats.admitted_last_minute,
-            "eta_seconds": room.rate.eta_seconds(stats.queued, &policy),
+            "eta_seconds": room.rate.eta_seconds(stats.queued, &policy, c.refresh_interval),
             "events": self.events_json(room),
         }))
     }

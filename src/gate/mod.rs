@@ -229,8 +229,9 @@ impl Gate {
                 .call(self.store.shared.totals(&policy))
                 .await
                 .ok();
-            room.rate.observe(&stats, totals.as_ref(), now);
-            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy);
+            room.rate.observe(&stats, totals.as_ref(), &policy, now);
+            let refresh = room.config.refresh_interval;
+            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
             self.telemetry.metrics.set_room(
                 &room.config.id,
                 &crate::telemetry::metrics::RoomFigures {
@@ -759,7 +760,9 @@ impl Gate {
         let event = in_force.event.as_ref().map(|e| &e.spec);
         let mut state = state;
         let mut starts_in_seconds = None;
-        let mut eta_seconds = room.rate.eta_seconds(position, &in_force.policy);
+        let mut eta_seconds =
+            room.rate
+                .eta_seconds(position, &in_force.policy, room.config.refresh_interval);
         if let (true, Some(e), VisitorState::Queued) = (in_force.before_start(), event, state) {
             state = VisitorState::Prequeue;
             let starts_in = e.start_ms.saturating_sub(now).div_ceil(1000);
