@@ -6,6 +6,8 @@
 //!
 //! Modules, and what each owns (each depends only on those listed after it):
 //!
+//! * [`simulate`]: a flash crowd run against the real store and ETA on a
+//!   virtual clock, with its summary and chart (`waitroom simulate`).
 //! * [`server`]: listeners and lifecycle (`Daemon`, `run`); `worker`: one
 //!   thread per core with its own listener, connections and origin pool;
 //!   `conn`: connection caps and the first-byte timeout.
@@ -41,6 +43,7 @@ pub mod queue_page;
 pub mod respond;
 pub mod secret;
 pub mod server;
+pub mod simulate;
 pub mod store;
 pub mod telemetry;
 pub mod ticket;

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -48,6 +49,9 @@ enum Command {
     },
     /// Print a fresh cookie key (base64, 32 bytes).
     Keygen,
+    /// Simulate a flash crowd at a room of a config file: the real store and
+    /// ETA on a virtual clock. Prints a summary and writes a chart (SVG).
+    Simulate(SimulateArgs),
     /// Run a demo: a small shop origin and a waiting room in front of it,
     /// with limits small enough to see the queue by opening a few tabs.
     Demo {
@@ -69,6 +73,44 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// The config file (cookie keys and other secrets may be missing).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The room's id (default: the first room).
+    #[arg(long)]
+    room: Option<String>,
+    /// Arrivals per second at the peak.
+    #[arg(
+        long,
+        required_unless_present = "visitors",
+        conflicts_with = "visitors"
+    )]
+    peak: Option<f64>,
+    /// How many people come in all (sets the peak instead of --peak).
+    #[arg(long)]
+    visitors: Option<u64>,
+    /// How long arrivals take to climb to the peak (and to fall at the end).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    ramp: Duration,
+    /// How long people keep arriving.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Mean time an admitted visitor stays (exponentially distributed).
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    time_on_site: Duration,
+    /// Share of queued visitors who give up waiting.
+    #[arg(long, default_value_t = 0.1)]
+    abandon: f64,
+    /// Where to write the chart.
+    #[arg(long, default_value = "sim.svg")]
+    out: PathBuf,
+    /// Seed of the run's random choices (same seed, same run).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -88,6 +130,16 @@ fn main() -> ExitCode {
             Ok(c) => exit(runtime().and_then(|rt| rt.block_on(run(c, path)))),
             Err(e) => bad_config(&path, &e),
         },
+        Command::Simulate(args) => {
+            // The simulator needs no secrets: a file without cookie keys will do.
+            let options = LoadOptions {
+                allow_missing_keys: true,
+            };
+            match config::load_with(&args.config, options, &config::process_env) {
+                Ok(c) => exit(simulate(&c, &args)),
+                Err(e) => bad_config(&args.config, &e),
+            }
+        }
         Command::Demo {
             listen,
             origin,
@@ -124,6 +176,60 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+fn simulate(config: &Config, args: &SimulateArgs) -> anyhow::Result<()> {
+    use waitroom::simulate::{self, Crowd};
+    let peak_per_second = match (args.peak, args.visitors) {
+        (Some(peak), _) => peak,
+        (None, visitors) => Crowd::peak_for(visitors.unwrap_or(0), args.ramp, args.duration)?,
+    };
+    let crowd = Crowd {
+        peak_per_second,
+        ramp: args.ramp,
+        duration: args.duration,
+        time_on_site: args.time_on_site,
+        abandon: args.abandon,
+        seed: args.seed,
+    };
+    crowd.check()?;
+    let room = match args.room.as_deref() {
+        None => &config.rooms[0],
+        Some(id) => config.rooms.iter().find(|r| r.id == id).with_context(|| {
+            let ids: Vec<&str> = config.rooms.iter().map(|r| r.id.as_str()).collect();
+            format!("no room {id:?} in the config (rooms: {})", ids.join(", "))
+        })?,
+    };
+    if !room.events.is_empty() {
+        eprintln!(
+            "note: room {:?} has events; the simulation uses the room's own settings",
+            room.id
+        );
+    }
+    eprintln!(
+        "simulating about {} visitors at room {:?} (peak {:.1} a second)...",
+        simulate::thousands(crowd.expected_visitors().round() as u64),
+        room.id,
+        crowd.peak_per_second
+    );
+    let started = std::time::Instant::now();
+    let store = waitroom::store::memory::MemoryStore::new();
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(simulate::run(&store, room, &crowd))
+        .context("the simulated store failed")?;
+    print!("{}", outcome.summary);
+    let out = &args.out;
+    std::fs::write(out, simulate::chart::svg(&outcome))
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!(
+        "simulated {} in {:.1} s; chart written to {}",
+        simulate::clock(outcome.summary.simulated),
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
 }
 
 async fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
