@@ -14,13 +14,47 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+/// The next connection the caps admit, or `None` once `stop` changes. A
+/// failed accept (usually: out of file descriptors) waits for some to free
+/// up, backing off to a second; a connection over a cap is closed at once,
+/// rather than left to wait, so the client learns at once.
+pub async fn accept(
+    listener: &TcpListener,
+    caps: &Caps,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<(TcpStream, SocketAddr, Admission)> {
+    let mut backoff = std::time::Duration::from_millis(5);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                    continue;
+                }
+            },
+            _ = stop.changed() => return None,
+        };
+        match caps.admit(peer.ip()) {
+            Ok(admission) => return Some((stream, peer, admission)),
+            Err(why) => {
+                tracing::debug!(%peer, ?why, "connection refused at the cap");
+                drop(stream);
+            }
+        }
+    }
+}
 
 /// Open connections by client address.
 type OpenByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;

@@ -284,31 +284,8 @@ async fn run(
     let cache = Rc::new(GateCache::new(gates));
     let serving = Rc::new(Serving::new(&limits));
     let open = Open::default();
-    let mut backoff = Duration::from_millis(5);
 
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => { backoff = Duration::from_millis(5); a }
-                Err(e) => {
-                    // Usually out of file descriptors: wait for some to free up.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
-            },
-            _ = stop.changed() => break,
-        };
-        let admission = match caps.admit(peer.ip()) {
-            Ok(a) => a,
-            Err(why) => {
-                // Closed now rather than left to wait: the client learns at once.
-                tracing::debug!(%peer, ?why, "connection refused at the cap");
-                drop(stream);
-                continue;
-            }
-        };
+    while let Some((stream, peer, admission)) = conn::accept(&listener, &caps, &mut stop).await {
         let cache = cache.clone();
         let info = Rc::new(ConnInfo::new(peer, index));
         let svc = service_fn(move |req| {
