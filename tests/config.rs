@@ -151,8 +151,8 @@ fn example_config_loads_with_documented_values() {
     assert_eq!(e.start_ms, ms("2026-12-01T10:00:00Z"));
     assert_eq!(e.end_ms, ms("2026-12-01T12:00:00Z"));
     assert!(e.shuffle_at_start);
-    assert_eq!(e.total_active_users, Some(5000));
-    assert_eq!(e.new_users_per_minute, Some(2000));
+    assert_eq!(e.settings.total_active_users, Some(5000));
+    assert_eq!(e.settings.new_users_per_minute, Some(2000));
 }
 
 #[test]
@@ -691,7 +691,13 @@ fn event_without_optional_keys_keeps_room_limits() {
     let e = &c.rooms[0].events[0].spec;
     assert_eq!(e.prequeue_start_ms, None);
     assert!(!e.shuffle_at_start);
-    assert_eq!((e.total_active_users, e.new_users_per_minute), (None, None));
+    assert_eq!(
+        (
+            e.settings.total_active_users,
+            e.settings.new_users_per_minute
+        ),
+        (None, None)
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ use redis_server::RedisServer;
 use serde_json::Value;
 use support::{from_origin, Harness, T0};
 use waitroom::config::{Backend, Config, EventConfig};
-use waitroom::store::EventSpec;
+use waitroom::store::{EventSpec, Settings};
 
 const SECOND: u64 = 1_000;
 const PREQUEUE: u64 = T0 + 60 * SECOND;
@@ -29,11 +29,10 @@ fn drop_event(total_active_users: u64) -> EventConfig {
             start_ms: START,
             end_ms: END,
             shuffle_at_start: true,
-            total_active_users: Some(total_active_users),
-            new_users_per_minute: None,
-            session_duration_ms: None,
-            session_renewal: None,
-            queueing_method: None,
+            settings: Settings {
+                total_active_users: Some(total_active_users),
+                ..Settings::default()
+            },
         },
         template: None,
     }

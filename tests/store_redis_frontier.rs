@@ -290,7 +290,10 @@ async fn a_rate_another_instance_applies_widens_the_frontier() {
 
     // An operator raises the rate; another instance applies it at once.
     let change = RoomOverrides {
-        new_users_per_minute: Some(1_000),
+        settings: waitroom::store::Settings {
+            new_users_per_minute: Some(1_000),
+            ..Default::default()
+        },
         config_fingerprint: 1,
         revision: 1,
         ..RoomOverrides::default()

@@ -31,7 +31,7 @@ use crate::gate::schedule::{self, Phase};
 use crate::gate::{AmendError, Room, SharedGate};
 use crate::queue_page::rfc3339;
 use crate::respond::{html, json, text};
-use crate::store::{EventSpec, QueueingMethod, RoomState, StoreError, VisitorId};
+use crate::store::{EventSpec, QueueingMethod, RoomState, Settings, StoreError, VisitorId};
 
 pub use crate::telemetry::Telemetry;
 
@@ -357,23 +357,17 @@ impl Admin {
     /// Merges a change into the room's stored overrides and applies it here
     /// at once; other instances pick it up within a second.
     async fn change(&self, room: &Room, change: RoomChange) -> Result<(), AdminError> {
-        if let Some(v) = change.total_active_users {
-            within_limit("total_active_users", v)?;
-        }
-        if let Some(v) = change.new_users_per_minute {
-            within_limit("new_users_per_minute", v)?;
-        }
-        let session_ms = change
-            .session_duration
-            .as_deref()
-            .map(|v| session_duration(v).map_err(AdminError::BadRequest))
-            .transpose()?;
+        let settings = checked_settings(
+            change.total_active_users,
+            change.new_users_per_minute,
+            change.session_duration.as_deref(),
+            None,
+            change.queueing_method,
+        )
+        .map_err(AdminError::BadRequest)?;
         let gate = self.gates.load_full();
         gate.amend(room, |o, _| {
-            o.total_active_users = change.total_active_users.or(o.total_active_users);
-            o.new_users_per_minute = change.new_users_per_minute.or(o.new_users_per_minute);
-            o.session_duration_ms = session_ms.or(o.session_duration_ms);
-            o.queueing_method = change.queueing_method.or(o.queueing_method);
+            o.settings.update(&settings);
             o.state = change.state.or(o.state);
             Ok(())
         })
@@ -458,16 +452,41 @@ fn event_json(e: &EventSpec, phase: &str) -> serde_json::Value {
         "end": rfc3339(e.end_ms),
         "phase": phase,
         "shuffle_at_start": e.shuffle_at_start,
-        "total_active_users": e.total_active_users,
-        "new_users_per_minute": e.new_users_per_minute,
-        "session_duration_seconds": e.session_duration_ms.map(|ms| ms / 1000),
-        "session_renewal": e.session_renewal,
-        "queueing_method": e.queueing_method,
+        "total_active_users": e.settings.total_active_users,
+        "new_users_per_minute": e.settings.new_users_per_minute,
+        "session_duration_seconds": e.settings.session_duration_ms.map(|ms| ms / 1000),
+        "session_renewal": e.settings.session_renewal,
+        "queueing_method": e.settings.queueing_method,
+    })
+}
+
+/// Settings an operator typed, held to the config file's bounds.
+fn checked_settings(
+    total_active_users: Option<u64>,
+    new_users_per_minute: Option<u64>,
+    session_duration: Option<&str>,
+    session_renewal: Option<bool>,
+    queueing_method: Option<QueueingMethod>,
+) -> Result<Settings, String> {
+    for (key, value) in [
+        ("total_active_users", total_active_users),
+        ("new_users_per_minute", new_users_per_minute),
+    ] {
+        if let Some(v) = value {
+            within_limit(key, v).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(Settings {
+        total_active_users,
+        new_users_per_minute,
+        session_duration_ms: session_duration.map(session_duration_ms).transpose()?,
+        session_renewal,
+        queueing_method,
     })
 }
 
 /// A session duration an operator typed, within the config file's bounds.
-fn session_duration(v: &str) -> Result<u64, String> {
+fn session_duration_ms(v: &str) -> Result<u64, String> {
     humantime::parse_duration(v.trim())
         .ok()
         .filter(|d| (MIN_SESSION..=MAX_DURATION).contains(d))
@@ -528,11 +547,7 @@ impl EventChange {
             start_ms: instant("start", start)?,
             end_ms: instant("end", end)?,
             shuffle_at_start: false,
-            total_active_users: None,
-            new_users_per_minute: None,
-            session_duration_ms: None,
-            session_renewal: None,
-            queueing_method: None,
+            settings: Settings::default(),
         })
     }
 
@@ -555,32 +570,13 @@ impl EventChange {
         if let Some(v) = self.shuffle_at_start {
             e.shuffle_at_start = v;
         }
-        for (key, value, slot) in [
-            (
-                "total_active_users",
-                self.total_active_users,
-                &mut e.total_active_users,
-            ),
-            (
-                "new_users_per_minute",
-                self.new_users_per_minute,
-                &mut e.new_users_per_minute,
-            ),
-        ] {
-            if let Some(v) = value {
-                within_limit(key, v).map_err(|e| e.to_string())?;
-                *slot = Some(v);
-            }
-        }
-        if let Some(v) = &self.session_duration {
-            e.session_duration_ms = Some(session_duration(v)?);
-        }
-        if let Some(v) = self.session_renewal {
-            e.session_renewal = Some(v);
-        }
-        if let Some(v) = self.queueing_method {
-            e.queueing_method = Some(v);
-        }
+        e.settings.update(&checked_settings(
+            self.total_active_users,
+            self.new_users_per_minute,
+            self.session_duration.as_deref(),
+            self.session_renewal,
+            self.queueing_method,
+        )?);
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
     ServerConfig, StoreConfig, Unmatched,
 };
-use crate::store::EventSpec;
+use crate::store::{EventSpec, Settings};
 use crate::store::{QueueingMethod, RoomState};
 
 /// Defaults for every optional key; `config/example.toml` shows the same values.
@@ -714,11 +714,13 @@ impl Checker<'_, '_> {
                     start_ms: ms(start),
                     end_ms: ms(end),
                     shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
-                    total_active_users: e.total_active_users,
-                    new_users_per_minute: e.new_users_per_minute,
-                    session_duration_ms: session_duration.map(|d| d.as_millis() as u64),
-                    session_renewal: e.session_renewal,
-                    queueing_method: e.queueing_method,
+                    settings: Settings {
+                        total_active_users: e.total_active_users,
+                        new_users_per_minute: e.new_users_per_minute,
+                        session_duration_ms: session_duration.map(|d| d.as_millis() as u64),
+                        session_renewal: e.session_renewal,
+                        queueing_method: e.queueing_method,
+                    },
                 },
                 template,
             });

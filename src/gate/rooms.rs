@@ -338,7 +338,10 @@ mod tests {
 
     fn limit(room: &Room, users: u64, revision: u64) -> RoomOverrides {
         RoomOverrides {
-            total_active_users: Some(users),
+            settings: crate::store::Settings {
+                total_active_users: Some(users),
+                ..Default::default()
+            },
             config_fingerprint: room.fingerprint,
             revision,
             ..RoomOverrides::default()

@@ -135,7 +135,7 @@ pub fn policy_in(
 ) -> RoomPolicy {
     let mut p = base.clone();
     if let (Phase::Starting | Phase::Running, Some(e)) = (phase, event) {
-        e.spec.apply(&mut p);
+        e.spec.settings.apply(&mut p);
     }
     let mut p = operator(&p);
     if matches!(phase, Phase::Prequeue | Phase::Starting)
@@ -171,6 +171,7 @@ pub fn check_event(event: &EventSpec, others: &[EventSpec]) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Settings;
 
     fn event(shuffle: bool) -> Arc<Event> {
         Arc::new(Event::new(
@@ -180,11 +181,10 @@ mod tests {
                 start_ms: 2_000,
                 end_ms: 3_000,
                 shuffle_at_start: shuffle,
-                total_active_users: Some(50),
-                new_users_per_minute: None,
-                session_duration_ms: None,
-                session_renewal: None,
-                queueing_method: None,
+                settings: Settings {
+                    total_active_users: Some(50),
+                    ..Settings::default()
+                },
             },
             None,
         ))

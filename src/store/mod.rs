@@ -231,14 +231,10 @@ pub struct RoomTotals {
 /// the store so every instance applies them and they survive restarts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoomOverrides {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total_active_users: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub new_users_per_minute: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_duration_ms: Option<Millis>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queueing_method: Option<QueueingMethod>,
+    /// Limits, session and method (stored flat: `lua/frontier.lua` reads
+    /// `new_users_per_minute` and `queueing_method` at the top level).
+    #[serde(flatten)]
+    pub settings: Settings,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<RoomState>,
     /// Fingerprint of the room's configuration when the changes were made:
@@ -268,6 +264,14 @@ pub struct EventSpec {
     /// At `start`, put the prequeue in a random order.
     #[serde(default)]
     pub shuffle_at_start: bool,
+    /// What the event changes from its start to its end.
+    #[serde(flatten)]
+    pub settings: Settings,
+}
+
+/// Room settings an event or an operator changes (`None`: unchanged).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_active_users: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,20 +284,17 @@ pub struct EventSpec {
     pub queueing_method: Option<QueueingMethod>,
 }
 
-impl EventSpec {
-    /// When the event begins to matter: its prequeue, or its start.
-    pub fn opens_ms(&self) -> Millis {
-        self.prequeue_start_ms
-            .unwrap_or(self.start_ms)
-            .min(self.start_ms)
+impl Settings {
+    /// Takes what `change` sets; keeps the rest.
+    pub fn update(&mut self, change: &Settings) {
+        self.total_active_users = change.total_active_users.or(self.total_active_users);
+        self.new_users_per_minute = change.new_users_per_minute.or(self.new_users_per_minute);
+        self.session_duration_ms = change.session_duration_ms.or(self.session_duration_ms);
+        self.session_renewal = change.session_renewal.or(self.session_renewal);
+        self.queueing_method = change.queueing_method.or(self.queueing_method);
     }
 
-    /// Whether two events' periods (prequeue included) overlap.
-    pub fn overlaps(&self, other: &EventSpec) -> bool {
-        self.opens_ms() < other.end_ms && other.opens_ms() < self.end_ms
-    }
-
-    /// `policy` with this event's settings.
+    /// `policy` with these changes.
     pub fn apply(&self, policy: &mut RoomPolicy) {
         if let Some(v) = self.total_active_users {
             policy.total_active_users = v;
@@ -310,6 +311,20 @@ impl EventSpec {
         if let Some(v) = self.queueing_method {
             policy.method = v;
         }
+    }
+}
+
+impl EventSpec {
+    /// When the event begins to matter: its prequeue, or its start.
+    pub fn opens_ms(&self) -> Millis {
+        self.prequeue_start_ms
+            .unwrap_or(self.start_ms)
+            .min(self.start_ms)
+    }
+
+    /// Whether two events' periods (prequeue included) overlap.
+    pub fn overlaps(&self, other: &EventSpec) -> bool {
+        self.opens_ms() < other.end_ms && other.opens_ms() < self.end_ms
     }
 
     /// What the store needs to start this event's admissions.
@@ -343,18 +358,7 @@ impl RoomOverrides {
     /// `base` with these changes applied.
     pub fn apply(&self, base: &RoomPolicy) -> RoomPolicy {
         let mut p = base.clone();
-        if let Some(v) = self.total_active_users {
-            p.total_active_users = v;
-        }
-        if let Some(v) = self.new_users_per_minute {
-            p.new_users_per_minute = v;
-        }
-        if let Some(v) = self.session_duration_ms {
-            p.session_duration_ms = v;
-        }
-        if let Some(v) = self.queueing_method {
-            p.method = v;
-        }
+        self.settings.apply(&mut p);
         if let Some(v) = self.state {
             p.state = v;
         }

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
     EventSpec, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
-    RoomStats, RoomTotals, SharedStore, Verdict, VisitorId,
+    RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -1178,7 +1178,10 @@ pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
     let store = &h.store;
     assert_eq!(store.overrides(&p.room).await.unwrap(), None);
     let first = RoomOverrides {
-        total_active_users: Some(7),
+        settings: Settings {
+            total_active_users: Some(7),
+            ..Settings::default()
+        },
         state: Some(RoomState::Paused),
         config_fingerprint: 0xfeed_beef_dead_cafe,
         ..RoomOverrides::default()
@@ -1189,9 +1192,12 @@ pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
 
     // Replaced whole, not merged.
     let second = RoomOverrides {
-        new_users_per_minute: Some(120),
-        session_duration_ms: Some(90_000),
-        queueing_method: Some(QueueingMethod::Random),
+        settings: Settings {
+            new_users_per_minute: Some(120),
+            session_duration_ms: Some(90_000),
+            queueing_method: Some(QueueingMethod::Random),
+            ..Settings::default()
+        },
         config_fingerprint: u64::MAX,
         ..RoomOverrides::default()
     };
@@ -1225,11 +1231,11 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
         start_ms: start,
         end_ms: start + 60 * MINUTE,
         shuffle_at_start: true,
-        total_active_users: Some(50),
-        new_users_per_minute: Some(50),
-        session_duration_ms: None,
-        session_renewal: None,
-        queueing_method: None,
+        settings: Settings {
+            total_active_users: Some(50),
+            new_users_per_minute: Some(50),
+            ..Settings::default()
+        },
     };
     let mut p = room("event");
     p.total_active_users = 0;
@@ -1303,7 +1309,7 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
     // Open under the event's limits: the early three, then the drawn order.
     let mut open = p.clone();
     open.state = RoomState::Open;
-    event.apply(&mut open);
+    event.settings.apply(&mut open);
     let r = bind(h, open);
     let at = now + SECOND;
     for (v, seq) in &early {
