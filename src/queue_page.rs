@@ -164,8 +164,7 @@ pub struct QueueView {
 
 impl QueueView {
     pub fn new(status: &Status, room_name: &str, status_url: String, now_ms: u64) -> Self {
-        let updated = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now_ms);
-        let iso = humantime::format_rfc3339_seconds(updated).to_string();
+        let iso = rfc3339(now_ms);
         let behind = status.queue_length.saturating_sub(status.position) + 1;
         let progress = (behind * 100)
             .checked_div(status.queue_length)

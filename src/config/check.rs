@@ -666,24 +666,6 @@ impl Checker<'_, '_> {
                     self.fail(&p.key(key), why);
                 }
             }
-            let opens = prequeue_start.unwrap_or(start).min(start);
-            // Overlapping events would leave it ambiguous whose limits apply.
-            if let Some(j) = events.iter().position(|o| {
-                let (o_opens, o_end) = (o.spec.opens_ms(), o.spec.end_ms);
-                let ms = |t: std::time::SystemTime| {
-                    t.duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64)
-                };
-                ms(opens) < o_end && o_opens < ms(end)
-            }) {
-                self.fail(
-                    &p.key("start"),
-                    format!(
-                        "event {:?} overlaps event[{j}] {:?} (prequeue included); events in a room must not overlap",
-                        e.name, events[j].spec.name
-                    ),
-                );
-            }
             let session_duration = e.session_duration.map(|raw| {
                 self.duration(
                     &p.key("session_duration"),
@@ -707,23 +689,31 @@ impl Checker<'_, '_> {
                 t.duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64)
             };
-            events.push(EventConfig {
-                spec: EventSpec {
-                    name: e.name,
-                    prequeue_start_ms: prequeue_start.map(ms),
-                    start_ms: ms(start),
-                    end_ms: ms(end),
-                    shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
-                    settings: Settings {
-                        total_active_users: e.total_active_users,
-                        new_users_per_minute: e.new_users_per_minute,
-                        session_duration_ms: session_duration.map(|d| d.as_millis() as u64),
-                        session_renewal: e.session_renewal,
-                        queueing_method: e.queueing_method,
-                    },
+            let spec = EventSpec {
+                name: e.name,
+                prequeue_start_ms: prequeue_start.map(ms),
+                start_ms: ms(start),
+                end_ms: ms(end),
+                shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
+                settings: Settings {
+                    total_active_users: e.total_active_users,
+                    new_users_per_minute: e.new_users_per_minute,
+                    session_duration_ms: session_duration.map(|d| d.as_millis() as u64),
+                    session_renewal: e.session_renewal,
+                    queueing_method: e.queueing_method,
                 },
-                template,
-            });
+            };
+            // Overlapping events would leave it ambiguous whose limits apply.
+            if let Some(j) = events.iter().position(|o| o.spec.overlaps(&spec)) {
+                self.fail(
+                    &p.key("start"),
+                    format!(
+                        "event {:?} overlaps event[{j}] {:?} (prequeue included); events in a room must not overlap",
+                        spec.name, events[j].spec.name
+                    ),
+                );
+            }
+            events.push(EventConfig { spec, template });
         }
         events
     }
