@@ -46,7 +46,13 @@ mod defaults {
     pub const IP_POLL_BURST: u32 = 200;
     pub const IP_ARRIVALS_PER_SECOND: u32 = 20;
     pub const IP_ARRIVAL_BURST: u32 = 200;
+    pub const MAX_NETWORKS_PER_SESSION: u64 = 4;
 }
+
+/// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
+pub const MAX_PROOF_OF_WORK: u64 = 32;
+/// Shortest `origin.sign_key_env` value: an HMAC key this short is guessable.
+const MIN_SIGN_KEY_LEN: usize = 32;
 
 /// Most worker threads.
 const MAX_WORKERS: u64 = 256;
@@ -356,9 +362,20 @@ impl Checker<'_, '_> {
                 ),
             );
         }
+        let max_networks_per_session = raw
+            .max_networks_per_session
+            .unwrap_or(defaults::MAX_NETWORKS_PER_SESSION);
+        if max_networks_per_session > 1_000 {
+            self.fail(
+                &p.key("max_networks_per_session"),
+                format!("{max_networks_per_session} is over 1000 (0 turns the limit off)"),
+            );
+        }
         CookieConfig {
             keys,
             secure: raw.secure.unwrap_or(true),
+            bind_to_client: raw.bind_to_client.unwrap_or(false),
+            max_networks_per_session,
         }
     }
 
@@ -383,10 +400,38 @@ impl Checker<'_, '_> {
             defaults::ORIGIN_CONNECT_TIMEOUT,
             Duration::ZERO,
         );
+        let sign_key = match raw.sign_key_env {
+            None => None,
+            Some(name) => {
+                let path = p.key("sign_key_env");
+                let var = self.env_name(&path, Some(name), "");
+                match var.as_ref().map(|v| (v, self.env_value(v))) {
+                    Some((_, Some(value))) if value.len() >= MIN_SIGN_KEY_LEN => {
+                        Some(Secret(value))
+                    }
+                    Some((var, Some(_))) => {
+                        self.fail(
+                            &path,
+                            format!("the key in {var} is shorter than {MIN_SIGN_KEY_LEN} characters (make one with `waitroom keygen`)"),
+                        );
+                        None
+                    }
+                    Some((var, None)) => {
+                        self.fail(
+                            &path,
+                            format!("environment variable {var} is not set (it must hold the signing key)"),
+                        );
+                        None
+                    }
+                    None => None,
+                }
+            }
+        };
         OriginConfig {
             url,
             timeout,
             connect_timeout,
+            sign_key,
         }
     }
 
@@ -434,6 +479,16 @@ impl Checker<'_, '_> {
         if let Err(why) = check_id(&raw.id) {
             self.fail(&p.key("id"), format!("{:?} {why}", raw.id));
         }
+        let proof_of_work = match raw.proof_of_work.unwrap_or(0) {
+            bits @ 0..=MAX_PROOF_OF_WORK => bits as u8,
+            bits => {
+                self.fail(
+                    &p.key("proof_of_work"),
+                    format!("{bits} is out of range: 0 (off) to {MAX_PROOF_OF_WORK} bits; 16 to 20 takes a browser a few hundred milliseconds"),
+                );
+                0
+            }
+        };
         let name = raw.name.unwrap_or_else(|| raw.id.clone());
         if name.trim().is_empty()
             || name.chars().count() > 200
@@ -569,6 +624,7 @@ impl Checker<'_, '_> {
             bypass_ips,
             bypass_header,
             case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
+            proof_of_work,
             state: raw.state.unwrap_or(RoomState::Open),
             events,
         }

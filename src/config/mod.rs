@@ -132,6 +132,12 @@ pub struct CookieConfig {
     pub keys: Vec<Secret32>,
     /// Mark cookies `Secure`.
     pub secure: bool,
+    /// A ticket used from another client network (/24, /64) than the one
+    /// it was issued to is ignored: that client is a new visitor.
+    pub bind_to_client: bool,
+    /// An admitted session used from more distinct client networks than
+    /// this is ended (0 = no limit).
+    pub max_networks_per_session: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -142,6 +148,8 @@ pub struct OriginConfig {
     pub timeout: Duration,
     /// Longest wait for a TCP connection to the origin.
     pub connect_timeout: Duration,
+    /// Key of the `X-Waitroom-Signature` HMAC (from `sign_key_env`).
+    pub sign_key: Option<Secret>,
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +184,9 @@ pub struct RoomConfig {
     /// Match `path` and `bypass_paths` ignoring ASCII case, for origins
     /// that serve paths that way.
     pub case_insensitive_paths: bool,
+    /// Proof of work asked of new visitors while the room queues, in
+    /// leading zero bits of SHA-256 (0 = off).
+    pub proof_of_work: u8,
     /// Initial room state.
     pub state: RoomState,
     pub events: Vec<EventConfig>,

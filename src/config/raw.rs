@@ -95,6 +95,10 @@ pub(super) struct RawCookie {
     pub(super) keys_env: Option<String>,
     pub(super) keys: Option<Vec<String>>,
     pub(super) secure: Option<bool>,
+    /// Bind tickets to the client's network (/24 or /64).
+    pub(super) bind_to_client: Option<bool>,
+    /// Distinct client networks one admitted session may be used from (0 = any).
+    pub(super) max_networks_per_session: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +107,8 @@ pub(super) struct RawOrigin {
     pub(super) url: String,
     pub(super) timeout: Option<RawDuration>,
     pub(super) connect_timeout: Option<RawDuration>,
+    /// Environment variable holding the key of `X-Waitroom-Signature`.
+    pub(super) sign_key_env: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +133,8 @@ pub(super) struct RawRoom {
     pub(super) bypass_ips: Option<Vec<String>>,
     pub(super) bypass_header: Option<RawBypassHeader>,
     pub(super) case_insensitive_paths: Option<bool>,
+    /// Proof-of-work difficulty in leading zero bits (0 = off).
+    pub(super) proof_of_work: Option<u64>,
     pub(super) state: Option<RoomState>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,

@@ -360,6 +360,16 @@ mod tests {
         ) -> Result<u64, StoreError> {
             self.0.start_event(r, e, now).await
         }
+        async fn note(
+            &self,
+            room: &str,
+            set: &str,
+            members: &[u64],
+            until: Millis,
+            now: Millis,
+        ) -> Result<crate::store::Noted, StoreError> {
+            self.0.note(room, set, members, until, now).await
+        }
         async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
             self.0.overrides(room).await
         }

@@ -539,6 +539,8 @@ impl Gate {
             peer_trusted: ctx.peer_trusted,
             canonical: &ctx.canonical,
             visitor: admitted.as_ref().map(|(v, _)| *v),
+            room: room.map(|r| r.config.id.as_str()),
+            now_ms: ctx.now,
             worker: ctx.conn.worker,
         };
         let started = Instant::now();

@@ -4,6 +4,7 @@
 
 pub mod headers;
 pub mod pool;
+pub mod sign;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,8 @@ pub struct Proxy {
     timeout: Duration,
     /// Indexed by worker.
     pools: Vec<Arc<Pool>>,
+    /// Signs admitted visitors' requests when `origin.sign_key_env` is set.
+    signer: Option<sign::Signer>,
 }
 
 /// What the gate decided about a request, for the forwarding step.
@@ -66,6 +69,10 @@ pub struct Outbound<'a> {
     pub canonical: &'a Canonical,
     /// The admitted visitor, named to the origin in `X-Waitroom-Visitor`.
     pub visitor: Option<VisitorId>,
+    /// The room that admitted the visitor (for `X-Waitroom-Signature`).
+    pub room: Option<&'a str>,
+    /// The request's clock reading (ms since the epoch).
+    pub now_ms: u64,
     /// The worker thread serving the request (its origin pool is used).
     pub worker: usize,
 }
@@ -88,6 +95,7 @@ impl Proxy {
         Ok(Self {
             base_path,
             timeout: origin.timeout,
+            signer: origin.sign_key.as_ref().map(sign::Signer::new),
             pools: (0..workers.max(1))
                 .map(|_| Pool::new(target.clone()))
                 .collect(),
@@ -130,6 +138,11 @@ impl Proxy {
         if let Some(visitor) = out.visitor {
             if let Ok(v) = HeaderValue::from_bytes(&visitor.hex()) {
                 headers.insert(X_WAITROOM_VISITOR, v);
+            }
+            if let (Some(signer), Some(room)) = (&self.signer, out.room) {
+                if let Some(v) = signer.header(&visitor, room, out.now_ms / 1000) {
+                    headers.insert(sign::X_WAITROOM_SIGNATURE, v);
+                }
             }
         }
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));

@@ -456,6 +456,20 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<u64, StoreError>;
 
+    /// Notes `members` in the room's set `set` (a short name of
+    /// `[a-z0-9:_-]`), each kept until `until_ms` (extended, never
+    /// shortened). Returns how many of them were new and how many members
+    /// the set holds at `now_ms`. The gate's memory of single-use proofs of
+    /// work and of the networks an admitted session was used from.
+    async fn note(
+        &self,
+        room: &str,
+        set: &str,
+        members: &[u64],
+        until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Noted, StoreError>;
+
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
 
@@ -474,6 +488,15 @@ pub trait Store: Send + Sync + 'static {
         room: &str,
         overrides: Option<&RoomOverrides>,
     ) -> Result<(), StoreError>;
+}
+
+/// What [`Store::note`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Noted {
+    /// Members that were not in the set (or had lapsed).
+    pub added: u64,
+    /// Live members after the call.
+    pub size: u64,
 }
 
 /// A shared handle to the daemon's store.

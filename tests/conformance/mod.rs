@@ -80,6 +80,7 @@ macro_rules! store_conformance {
             arrive_and_poll_are_idempotent,
             overrides_round_trip_per_room_and_survive_reset,
             an_event_start_shuffles_the_prequeue_once,
+            noted_sets_count_distinct_members_until_they_lapse,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -1329,4 +1330,59 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
 
 fn prequeue_start_seq(at: Millis) -> u64 {
     waitroom::store::next_seq(at, 0)
+}
+
+/// `note`: single-use proofs (added == 0 the second time) and the distinct
+/// networks of a session (size), on the injected clock, per room and set.
+pub async fn noted_sets_count_distinct_members_until_they_lapse(h: &Harness) {
+    let s = &h.store;
+    let room = "c-note";
+    let n = s
+        .note(room, "proofs", &[42], T0 + MINUTE, T0)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (1, 1));
+    let n = s
+        .note(room, "proofs", &[42], T0 + MINUTE, T0 + SECOND)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (0, 1), "a proof is good once");
+    // Another set, another room: separate.
+    let n = s
+        .note(room, "nets:a", &[1, 2, 2], T0 + SESSION, T0)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (2, 2));
+    let n = s
+        .note("c-note-2", "nets:a", &[1], T0 + SESSION, T0)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (1, 1));
+    let n = s
+        .note(room, "nets:a", &[2, 3], T0 + SESSION, T0 + SECOND)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (1, 3));
+    // Extended, never shortened: 1 keeps its longer life.
+    let n = s
+        .note(room, "nets:a", &[1], T0 + MINUTE, T0 + SECOND)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (0, 3));
+    // After its time a member is gone, and noting it again counts it as new.
+    let n = s
+        .note(room, "proofs", &[], T0 + MINUTE, T0 + 2 * MINUTE)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (0, 0));
+    let n = s
+        .note(room, "proofs", &[42], T0 + 3 * MINUTE, T0 + 2 * MINUTE)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (1, 1));
+    let n = s
+        .note(room, "nets:a", &[], T0 + SESSION, T0 + SESSION)
+        .await
+        .unwrap();
+    assert_eq!(n.size, 0, "every member lapsed at the session's end");
 }

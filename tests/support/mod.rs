@@ -51,11 +51,14 @@ pub fn config(origin: SocketAddr) -> Config {
         cookie: CookieConfig {
             keys: vec![Secret32(KEY)],
             secure: false,
+            bind_to_client: false,
+            max_networks_per_session: 4,
         },
         origin: OriginConfig {
             url: format!("http://{origin}").parse().unwrap(),
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
+            sign_key: None,
         },
         rooms: vec![room("shop", "/")],
     }
@@ -82,6 +85,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         bypass_ips: vec![],
         bypass_header: None,
         case_insensitive_paths: false,
+        proof_of_work: 0,
         state: RoomState::Open,
         events: vec![],
     }

@@ -31,6 +31,7 @@
 //!   totals (the visitor was counted when it first queued).
 //! * `totals.rejected` counts arrivals turned away, not polls told `closed`.
 
+mod notes;
 mod queue;
 mod sessions;
 
@@ -41,8 +42,8 @@ use async_trait::async_trait;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    next_seq, EventStart, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
-    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+    next_seq, EventStart, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
+    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};
@@ -84,6 +85,8 @@ pub struct MemoryStore {
     rooms: RwLock<HashMap<Arc<str>, Arc<Mutex<Room>>>>,
     /// Operators' runtime changes, by room id.
     overrides: Mutex<HashMap<String, RoomOverrides>>,
+    /// [`Store::note`]'s sets.
+    notes: Mutex<notes::Notes>,
 }
 
 impl MemoryStore {
@@ -193,6 +196,18 @@ impl Store for MemoryStore {
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         Ok(self.with_room(room, |r| r.stats(room, now_ms)))
+    }
+
+    async fn note(
+        &self,
+        room: &str,
+        set: &str,
+        members: &[u64],
+        until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Noted, StoreError> {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(notes.note(room, set, members, until_ms, now_ms))
     }
 
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {

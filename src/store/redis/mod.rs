@@ -31,7 +31,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, Script, ScriptInvocation, Value};
 
 use super::{
-    EventStart, Millis, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
+    EventStart, Millis, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
     RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
@@ -63,6 +63,7 @@ struct Scripts {
     start_event: Script,
     overrides: Script,
     set_overrides: Script,
+    note: Script,
 }
 
 impl Scripts {
@@ -79,6 +80,7 @@ impl Scripts {
             start_event: Script::new(room_script!("lua/start_event.lua")),
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
+            note: Script::new(include_str!("lua/note.lua")),
         }
     }
 }
@@ -142,6 +144,11 @@ impl RoomKeys {
             ]
             .map(|part| format!("wr:{{{room}}}:{part}")),
         )
+    }
+
+    /// A set of [`Store::note`]; it expires with its last member.
+    fn note(room: &str, set: &str) -> String {
+        format!("wr:{{{room}}}:note:{set}")
     }
 
     /// Kept apart from the room's state: `reset` leaves it alone and it has no TTL.
@@ -793,6 +800,32 @@ impl Store for RedisStore {
         // refresh; a room whose polls stopped gets one here.
         if let Some(seen) = self.inner.frontiers.claim_pending(&room.room) {
             self.inner.refresh_frontier(room, now_ms, seen).await;
+        }
+    }
+
+    async fn note(
+        &self,
+        room: &str,
+        set: &str,
+        members: &[u64],
+        until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Noted, StoreError> {
+        let mut inv = self.inner.scripts.note.prepare_invoke();
+        inv.key(RoomKeys::note(room, set)).arg(now_ms).arg(until_ms);
+        for m in members {
+            inv.arg(*m);
+        }
+        let reply = self.inner.run(&inv).await?;
+        match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [added, size] => match (as_u64(added), as_u64(size)) {
+                    (Some(added), Some(size)) => Ok(Noted { added, size }),
+                    _ => Err(protocol("note", &reply)),
+                },
+                _ => Err(protocol("note", &reply)),
+            },
+            _ => Err(protocol("note", &reply)),
         }
     }
 
