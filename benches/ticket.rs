@@ -21,6 +21,7 @@ fn tickets() -> [(&'static str, Ticket); 2] {
                 visitor: VisitorId([7; 16]),
                 grant: Grant::Queued { seq: 123_456_789 },
                 expires_ms: NOW + 60_000,
+                net: Some(0xff00_0000_00c0_0002),
             },
         ),
         (
@@ -32,6 +33,7 @@ fn tickets() -> [(&'static str, Ticket); 2] {
                     check_in_due_ms: NOW + 30_000,
                 },
                 expires_ms: NOW + 600_000,
+                net: Some(0xff00_0000_00c0_0002),
             },
         ),
     ]

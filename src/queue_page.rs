@@ -12,6 +12,8 @@ use serde::Serialize;
 pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
 /// The built-in page for every other message.
 pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
+/// The proof-of-work page (its script solves the challenge).
+pub const CHALLENGE_TEMPLATE: &str = include_str!("../static/challenge.html");
 
 #[derive(Debug, thiserror::Error)]
 #[error("template {path}: {message}")]
@@ -82,6 +84,8 @@ pub enum VisitorState {
     Prequeue,
     Closed,
     Rejected,
+    /// A proof of work must come first (`challenge` says which).
+    Challenge,
 }
 
 /// `GET /__waitroom/status` and `Accept: application/json` answers (SPEC §5).
@@ -99,6 +103,36 @@ pub struct Status {
     /// During the event's prequeue: seconds until it starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub starts_in_seconds: Option<u64>,
+    /// With `state: "challenge"`: the proof of work to hand in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<ChallengeInfo>,
+}
+
+/// The status JSON's `challenge`: find a decimal `counter` such that
+/// SHA-256(`value` + "." + counter) starts with `bits` zero bits, then
+/// send `value.counter` in the `X-Waitroom-Proof` header (or the
+/// `waitroom_.proof` cookie) with the next request for the room's page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChallengeInfo {
+    pub value: String,
+    pub bits: u8,
+    pub algorithm: &'static str,
+    pub expires_in_seconds: u64,
+    pub header: &'static str,
+    pub cookie: &'static str,
+}
+
+impl ChallengeInfo {
+    pub fn of(c: &crate::gate::proof::Challenge, now_ms: u64) -> Self {
+        Self {
+            value: c.text.clone(),
+            bits: c.bits,
+            algorithm: "sha256-leading-zero-bits",
+            expires_in_seconds: c.expires_ms.saturating_sub(now_ms) / 1000,
+            header: "X-Waitroom-Proof",
+            cookie: crate::gate::proof::PROOF_COOKIE,
+        }
+    }
 }
 
 /// The status JSON's `event`.
@@ -204,6 +238,7 @@ impl QueueView {
             refresh_seconds: 20,
             event: None,
             starts_in_seconds: None,
+            challenge: None,
         };
         Self::new(
             &status,
@@ -269,6 +304,39 @@ pub fn render_message(message: &Message<'_>) -> String {
                 "<!doctype html><title>{0}</title><h1>{0}</h1>",
                 "Please try again later"
             )
+        })
+}
+
+/// The challenge page, compiled once (it answers every new visitor while
+/// a room with proof of work queues).
+static CHALLENGE: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    if let Err(e) = env.add_template("challenge.html", CHALLENGE_TEMPLATE) {
+        tracing::error!(error = %e, "the built-in challenge page does not compile");
+    }
+    env
+});
+
+/// The proof-of-work page for `challenge` in the room called `room_name`.
+pub fn render_challenge(room_name: &str, challenge: &crate::gate::proof::Challenge) -> String {
+    CHALLENGE
+        .get_template("challenge.html")
+        .and_then(|t| {
+            t.render(context! {
+                lang => "en",
+                room_name => room_name,
+                title => "Checking your browser",
+                text => "This takes a moment. You will get your place in line right after.",
+                noscript => "This waiting room needs JavaScript to give you a place in line. Please enable JavaScript and reload this page.",
+                failed => "The check did not succeed. Reloading the page starts a new one.",
+                challenge => challenge.text,
+                bits => challenge.bits,
+                cookie_name => crate::gate::proof::PROOF_COOKIE,
+            })
+        })
+        .unwrap_or_else(|_| {
+            "<!doctype html><title>Checking your browser</title><p>Please enable JavaScript and reload this page.".into()
         })
 }
 

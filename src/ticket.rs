@@ -9,10 +9,14 @@
 //! and the plaintext is a fixed binary layout, all integers big-endian:
 //!
 //! ```text
-//! visitor (16) | grant tag (1) | grant fields (8 each) | expires_ms (8)
+//! visitor (16) | grant tag (1) | grant fields (8 each) | expires_ms (8) [| network (8)]
 //!   tag 1 = Queued   { seq }
 //!   tag 2 = Admitted { session_expires_ms, check_in_due_ms }
 //! ```
+//!
+//! The client network the ticket was issued to ([`network_of`]) is the
+//! optional last field: tickets sealed before it existed still open, with
+//! no network.
 //!
 //! The associated data is `AAD_PREFIX | version | key id | room`, so a cookie
 //! only opens for the room it was sealed for, and the clear header bytes are
@@ -50,6 +54,24 @@ pub struct Ticket {
     pub grant: Grant,
     /// After this time the ticket is no longer accepted.
     pub expires_ms: Millis,
+    /// The client network it was issued to ([`network_of`]); `None` in
+    /// tickets sealed before networks were recorded.
+    pub net: Option<u64>,
+}
+
+/// A client's network as one number: the /24 of an IPv4 address (IPv4-mapped
+/// IPv6 included) or the /64 of an IPv6 address. IPv4 networks are put in
+/// `ff00::/8` (multicast, never a client), so the two kinds cannot meet.
+pub fn network_of(ip: std::net::IpAddr) -> u64 {
+    let v4 = match ip {
+        std::net::IpAddr::V4(v4) => Some(v4),
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    };
+    match (v4, ip) {
+        (Some(v4), _) => 0xff00_0000_0000_0000 | u64::from(u32::from(v4) >> 8),
+        (None, std::net::IpAddr::V6(v6)) => (u128::from(v6) >> 64) as u64,
+        (None, std::net::IpAddr::V4(_)) => 0,
+    }
 }
 
 /// Why a cookie was not accepted (every case means "new visitor").
@@ -88,15 +110,16 @@ const TAG_QUEUED: u8 = 1;
 const TAG_ADMITTED: u8 = 2;
 const QUEUED_PT_LEN: usize = 16 + 1 + 8 + 8;
 const ADMITTED_PT_LEN: usize = 16 + 1 + 8 + 8 + 8;
+const NET_LEN: usize = 8;
 const MIN_PT_LEN: usize = QUEUED_PT_LEN;
-const MAX_PT_LEN: usize = ADMITTED_PT_LEN;
+const MAX_PT_LEN: usize = ADMITTED_PT_LEN + NET_LEN;
 
 /// Longest decoded cookie `seal` writes.
 const MAX_RAW_LEN: usize = HEADER_LEN + NONCE_LEN + MAX_PT_LEN + TAG_LEN;
 
 /// Longer cookie values are refused before base64 decoding, so a hostile
 /// client cannot make the daemon decode kilobytes per request. Generous over
-/// the 95 characters of the longest ticket so a slightly larger future format
+/// the 106 characters of the longest ticket so a slightly larger future format
 /// still fits the decode buffer.
 pub const MAX_VALUE_LEN: usize = 256;
 
@@ -320,6 +343,9 @@ fn encode_plaintext(t: &Ticket, out: &mut [u8; MAX_PT_LEN]) -> usize {
         }
     }
     w.put(&t.expires_ms.to_be_bytes());
+    if let Some(net) = t.net {
+        w.put(&net.to_be_bytes());
+    }
     w.at
 }
 
@@ -363,13 +389,16 @@ fn decode_plaintext(pt: &[u8]) -> Option<Ticket> {
         _ => return None,
     };
     let (expires_ms, rest) = take_u64(rest)?;
-    if !rest.is_empty() {
-        return None;
-    }
+    let net = match rest.len() {
+        0 => None,
+        NET_LEN => Some(take_u64(rest)?.0),
+        _ => return None,
+    };
     Some(Ticket {
         visitor: VisitorId(*visitor),
         grant,
         expires_ms,
+        net,
     })
 }
 
@@ -399,6 +428,7 @@ mod tests {
                 seq: 0x0102_0304_0506_0708,
             },
             expires_ms: EXPIRES,
+            net: None,
         }
     }
 
@@ -410,6 +440,7 @@ mod tests {
                 check_in_due_ms: NOW + 30_000,
             },
             expires_ms: EXPIRES,
+            net: Some(network_of([192, 0, 2, 77].into())),
         }
     }
 
@@ -446,6 +477,32 @@ mod tests {
     }
 
     #[test]
+    fn networks_are_the_slash_24_or_the_slash_64() {
+        let net = |s: &str| network_of(s.parse().unwrap());
+        assert_eq!(net("192.0.2.1"), net("192.0.2.254"));
+        assert_ne!(net("192.0.2.1"), net("192.0.3.1"));
+        assert_eq!(net("::ffff:192.0.2.9"), net("192.0.2.1"));
+        assert_eq!(net("2001:db8:1:2::1"), net("2001:db8:1:2:ffff::9"));
+        assert_ne!(net("2001:db8:1:2::1"), net("2001:db8:1:3::1"));
+        // No IPv6 /64 is taken for an IPv4 /24.
+        assert_ne!(net("0.0.0.1"), net("::1"));
+        assert_eq!(net("10.1.2.3") >> 56, 0xff);
+    }
+
+    #[test]
+    fn a_ticket_with_a_trailing_field_of_another_length_is_refused() {
+        let mut pt = [0u8; MAX_PT_LEN];
+        let len = encode_plaintext(&admitted(), &mut pt);
+        assert!(decode_plaintext(&pt[..len]).is_some());
+        assert!(decode_plaintext(&pt[..len - 1]).is_none());
+        assert!(
+            decode_plaintext(&pt[..len - 8]).is_some(),
+            "no network: an older ticket"
+        );
+        assert!(decode_plaintext(&pt[..len - 9]).is_none());
+    }
+
+    #[test]
     fn round_trips_both_grants() {
         let ring = KeyRing::new(&[key(1)]);
         for t in [queued(), admitted()] {
@@ -462,6 +519,7 @@ mod tests {
                 visitor: VisitorId([0; 16]),
                 grant: Grant::Queued { seq: 0 },
                 expires_ms: 1,
+                net: Some(0),
             },
             Ticket {
                 visitor: VisitorId([0xFF; 16]),
@@ -470,6 +528,7 @@ mod tests {
                     check_in_due_ms: u64::MAX,
                 },
                 expires_ms: u64::MAX,
+                net: Some(u64::MAX),
             },
         ] {
             assert_eq!(ring.open(ROOM, &ring.seal(ROOM, &t), 0), Ok(t));
@@ -482,8 +541,10 @@ mod tests {
         let q = ring.seal(ROOM, &queued());
         let a = ring.seal(ROOM, &admitted());
         // These lengths are the cookie budget the proxy pays per request.
+        // (The queued one here is a ticket without a network, as sealed
+        // before networks were recorded; with one it is 95.)
         assert_eq!(q.len(), 84);
-        assert_eq!(a.len(), 95);
+        assert_eq!(a.len(), 106);
         for v in [q, a] {
             assert!(v
                 .bytes()
@@ -699,15 +760,15 @@ mod tests {
             let v = ring.seal_plaintext(ROOM, &bad[..len]);
             assert_eq!(ring.open(ROOM, &v, NOW), Err(TicketError::Malformed));
         }
-        // A queued tag with an admitted-sized body, and the reverse.
-        let v = ring.seal_plaintext(ROOM, &pt[..ADMITTED_PT_LEN]);
+        // A queued tag with an admitted-sized body (with its network), and the reverse.
+        let v = ring.seal_plaintext(ROOM, &pt[..ADMITTED_PT_LEN + NET_LEN]);
         assert_eq!(ring.open(ROOM, &v, NOW), Err(TicketError::Malformed));
         let mut apt = [0u8; MAX_PT_LEN];
         encode_plaintext(&admitted(), &mut apt);
         let v = ring.seal_plaintext(ROOM, &apt[..QUEUED_PT_LEN]);
         assert_eq!(ring.open(ROOM, &v, NOW), Err(TicketError::Malformed));
-        // Every length in between.
-        for n in MIN_PT_LEN + 1..MAX_PT_LEN {
+        // Every length in between, but the admitted ticket without a network.
+        for n in (MIN_PT_LEN + 1..MAX_PT_LEN).filter(|&n| n != ADMITTED_PT_LEN) {
             let v = ring.seal_plaintext(ROOM, &apt[..n]);
             assert_eq!(ring.open(ROOM, &v, NOW), Err(TicketError::Malformed));
         }

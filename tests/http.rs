@@ -154,6 +154,7 @@ async fn every_bad_cookie_is_a_new_visitor() {
             check_in_due_ms: expires_ms,
         },
         expires_ms,
+        net: None,
     };
     let good = ring.seal("shop", &admitted(T0 + 60_000));
     let mut tampered = good.clone().into_bytes();

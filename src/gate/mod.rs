@@ -23,6 +23,7 @@ pub mod eta;
 pub mod guard;
 pub mod limits;
 pub mod pages;
+pub mod proof;
 pub mod rooms;
 pub mod schedule;
 pub mod tickets;
@@ -74,6 +75,8 @@ pub struct Gate {
     pub telemetry: Arc<Telemetry>,
     /// Polls and new tickets per client address.
     pub limits: ClientLimits,
+    /// Proof-of-work challenges.
+    proofs: proof::Proofs,
     access_log: bool,
 }
 
@@ -124,10 +127,22 @@ pub struct Ctx<'c> {
     /// The visitor's address (the peer, or from a trusted proxy's
     /// `X-Forwarded-For`); what per-address limits and bypasses use.
     pub client: IpAddr,
+    /// The client's network (`ticket::network_of`): tickets record it.
+    pub net: u64,
     /// The request as matched and forwarded.
     pub canonical: Canonical,
     /// The one clock read of this request.
     pub now: Millis,
+}
+
+/// Whether a new visitor must, or did, do the room's proof of work.
+enum Proof {
+    /// The room does not ask for one now.
+    NotAsked,
+    /// Solved, and the solution was not used before.
+    Proven,
+    /// This challenge first.
+    Wanted(proof::Challenge),
 }
 
 /// The outcome of the ticket phase.
@@ -149,6 +164,8 @@ enum Decision {
     TooManyArrivals(Duration),
     /// The queue place was ended (released, reset): a newcomer again.
     Ended,
+    /// A new visitor must first solve this (proof of work).
+    Challenge(proof::Challenge),
 }
 
 impl Gate {
@@ -181,7 +198,8 @@ impl Gate {
         let s = &config.server;
         Ok(Self {
             rooms: Rooms::new(rooms),
-            tickets: Tickets::new(KeyRing::new(&config.cookie.keys), config.cookie.secure),
+            tickets: Tickets::new(KeyRing::new(&config.cookie.keys), &config.cookie),
+            proofs: proof::Proofs::new(&config.cookie.keys),
             store: StoreGuard::new(config, store, clock.clone(), telemetry.clone()),
             proxy: Proxy::new(&config.origin, config.server.workers())?,
             reserved_prefix: s.reserved_prefix.clone(),
@@ -230,6 +248,8 @@ impl Gate {
                 .await
                 .ok();
             room.rate.observe(&stats, totals.as_ref(), &policy, now);
+            let full = policy.total_active_users > 0 && stats.active >= policy.total_active_users;
+            room.set_queueing(stats.queued > 0 || full);
             let refresh = room.config.refresh_interval;
             let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
             self.telemetry.metrics.set_room(
@@ -322,10 +342,12 @@ impl Gate {
             }
         };
         let peer = conn.peer.ip();
+        let client = headers::client_ip(req.headers(), peer, &self.trusted_proxies);
         let ctx = Ctx {
             conn,
             peer_trusted: headers::is_trusted(peer, &self.trusted_proxies),
-            client: headers::client_ip(req.headers(), peer, &self.trusted_proxies),
+            client,
+            net: crate::ticket::network_of(client),
             canonical,
             now: self.clock.now_ms(),
         };
@@ -389,6 +411,10 @@ impl Gate {
             }
             // `ticket` turns an ended place into a new arrival.
             Decision::Ended => pages::store_unavailable(&room),
+            Decision::Challenge(challenge) => {
+                let status = self.challenge_status(&room, &challenge, ctx.now);
+                pages::challenge(&room, &status, &challenge, wants_json(&req))
+            }
         }
     }
 
@@ -400,7 +426,7 @@ impl Gate {
         ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
         let now = ctx.now;
-        match self.tickets.open(room, req.headers(), now) {
+        match self.tickets.open(room, req.headers(), now, ctx.net) {
             Some(Ticket {
                 visitor,
                 grant:
@@ -408,8 +434,15 @@ impl Gate {
                         session_expires_ms,
                         check_in_due_ms,
                     },
+                net,
                 ..
             }) if now < session_expires_ms => {
+                if let Some(issued) = net.filter(|&n| n != ctx.net && self.tickets.max_networks > 0)
+                {
+                    return self
+                        .moved_network(room, req, visitor, issued, session_expires_ms, ctx)
+                        .await;
+                }
                 if now < check_in_due_ms {
                     return Ok(Decision::Forward {
                         visitor,
@@ -423,10 +456,10 @@ impl Gate {
                 {
                     Ok(Some(expires)) => Ok(Decision::Forward {
                         visitor,
-                        ticket: Some(self.tickets.admitted(room, visitor, expires, now)),
+                        ticket: Some(self.tickets.admitted(room, visitor, expires, now, ctx.net)),
                     }),
                     // Revoked, released or expired in the store: a new visitor.
-                    Ok(None) => self.new_visitor(room, ctx).await,
+                    Ok(None) => self.new_visitor(room, req, ctx).await,
                     // The ticket is valid; an unreachable store is no reason
                     // to stop an admitted visitor. The next request checks in again.
                     Err(_) => Ok(Decision::Forward {
@@ -440,10 +473,72 @@ impl Gate {
                 grant: Grant::Queued { seq },
                 ..
             }) => match self.poll(room, visitor, seq, ctx).await? {
-                Decision::Ended => self.new_visitor(room, ctx).await,
+                Decision::Ended => self.new_visitor(room, req, ctx).await,
                 decision => Ok(decision),
             },
-            _ => self.new_visitor(room, ctx).await,
+            _ => self.new_visitor(room, req, ctx).await,
+        }
+    }
+
+    /// An admitted ticket used from another network than it was issued to:
+    /// the store counts the session's networks. Within the limit the
+    /// ticket follows the visitor (a phone moving from Wi-Fi to mobile
+    /// data); over it the ticket is shared, and the session is ended.
+    async fn moved_network(
+        &self,
+        room: &Room,
+        req: &Request<Incoming>,
+        visitor: VisitorId,
+        issued: u64,
+        session_expires_ms: Millis,
+        ctx: &Ctx<'_>,
+    ) -> Result<Decision, StoreError> {
+        let set = format!("nets:{}", visitor.to_hex());
+        let noted = self
+            .store
+            .call(self.store.shared.note(
+                &room.config.id,
+                &set,
+                &[issued, ctx.net],
+                session_expires_ms,
+                ctx.now,
+            ))
+            .await;
+        match noted {
+            Ok(n) if n.size > self.tickets.max_networks => {
+                room.metrics.shared.inc();
+                tracing::warn!(
+                    room = %room.config.id,
+                    visitor = %visitor,
+                    networks = n.size,
+                    limit = self.tickets.max_networks,
+                    "an admitted ticket was used from too many networks; its session is ended"
+                );
+                let policy = room.policy_at(ctx.now);
+                if let Err(e) = self
+                    .store
+                    .call(self.store.shared.release(&policy, visitor, ctx.now))
+                    .await
+                {
+                    tracing::warn!(room = %room.config.id, error = %e, "shared session not ended");
+                }
+                self.new_visitor(room, req, ctx).await
+            }
+            Ok(_) => Ok(Decision::Forward {
+                visitor,
+                ticket: Some(self.tickets.admitted(
+                    room,
+                    visitor,
+                    session_expires_ms,
+                    ctx.now,
+                    ctx.net,
+                )),
+            }),
+            // Unknown for now: the ticket stands, and the next request asks again.
+            Err(_) => Ok(Decision::Forward {
+                visitor,
+                ticket: None,
+            }),
         }
     }
 
@@ -469,39 +564,125 @@ impl Gate {
             room.metrics.admitted.inc();
             room.metrics.queue_wait.admitted(seq, ctx.now);
         }
-        Ok(self.verdict(room, visitor, verdict, ctx.now))
+        Ok(self.verdict(room, visitor, verdict, ctx))
     }
 
     /// A visitor without a usable ticket: one decision, unless its address
-    /// asks for new tickets too fast.
-    async fn new_visitor(&self, room: &Room, ctx: &Ctx<'_>) -> Result<Decision, StoreError> {
+    /// asks for new tickets too fast or the room wants a proof of work first.
+    async fn new_visitor(
+        &self,
+        room: &Room,
+        req: &Request<Incoming>,
+        ctx: &Ctx<'_>,
+    ) -> Result<Decision, StoreError> {
         if let Err(wait) = self.limits.arrivals.check(ctx.client) {
             room.metrics.limited.inc();
             return Ok(Decision::TooManyArrivals(wait));
         }
         self.start_due_event(room, ctx.now).await;
+        let proven = match self.proof_wanted(room, req, ctx).await? {
+            Proof::Wanted(challenge) => return Ok(Decision::Challenge(challenge)),
+            Proof::Proven => true,
+            Proof::NotAsked => false,
+        };
         let (visitor, verdict) = self.store.arrive(room, ctx.now).await?;
         match verdict {
             Verdict::Admitted { .. } => room.metrics.admitted.inc(),
-            Verdict::Queued(_) => room.metrics.queued.inc(),
+            // The room just began to queue: this visitor gets no place
+            // without the proof of work, like everyone after it.
+            Verdict::Queued(_) if room.config.proof_of_work > 0 && !proven => {
+                room.set_queueing(true);
+                let policy = room.policy_at(ctx.now);
+                self.store
+                    .call(self.store.shared.release(&policy, visitor, ctx.now))
+                    .await?;
+                room.metrics.challenged.inc();
+                let challenge =
+                    self.proofs
+                        .issue(&room.config.id, room.config.proof_of_work, ctx.now);
+                return Ok(Decision::Challenge(challenge));
+            }
+            Verdict::Queued(_) => {
+                room.set_queueing(true);
+                room.metrics.queued.inc()
+            }
             Verdict::Rejected(_) => room.metrics.rejected.inc(),
             Verdict::Ended => 0,
         };
-        Ok(self.verdict(room, visitor, verdict, ctx.now))
+        Ok(self.verdict(room, visitor, verdict, ctx))
     }
 
-    fn verdict(&self, room: &Room, visitor: VisitorId, verdict: Verdict, now: Millis) -> Decision {
+    /// While the room queues and asks for proof of work: a challenge for a
+    /// request without a good solution; `Proven` for one with a solution
+    /// that holds and was not used before.
+    async fn proof_wanted(
+        &self,
+        room: &Room,
+        req: &Request<Incoming>,
+        ctx: &Ctx<'_>,
+    ) -> Result<Proof, StoreError> {
+        let bits = room.config.proof_of_work;
+        if bits == 0 || !room.is_queueing(ctx.now) {
+            return Ok(Proof::NotAsked);
+        }
+        let id = room.config.id.as_str();
+        let refused =
+            match proof::presented(req.headers()).map(|s| self.proofs.check(id, s, ctx.now)) {
+                None => None,
+                Some(Ok(solved)) => {
+                    let noted = self
+                        .store
+                        .call(self.store.shared.note(
+                            id,
+                            "proofs",
+                            &[solved.nonce],
+                            solved.expires_ms,
+                            ctx.now,
+                        ))
+                        .await?;
+                    if noted.added == 1 {
+                        return Ok(Proof::Proven);
+                    }
+                    Some("replayed")
+                }
+                Some(Err(why)) => Some(match why {
+                    proof::Refusal::Malformed => "malformed",
+                    proof::Refusal::Forged => "forged",
+                    proof::Refusal::OtherRoom => "for another room",
+                    proof::Refusal::Expired => "expired",
+                    proof::Refusal::TooWeak => "too weak",
+                }),
+            };
+        if let Some(why) = refused {
+            room.metrics.proof_refused.inc();
+            tracing::debug!(room = id, client = %ctx.client, why, "proof of work refused");
+        }
+        room.metrics.challenged.inc();
+        Ok(Proof::Wanted(self.proofs.issue(id, bits, ctx.now)))
+    }
+
+    fn verdict(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        verdict: Verdict,
+        ctx: &Ctx<'_>,
+    ) -> Decision {
+        let now = ctx.now;
         match verdict {
             Verdict::Admitted { session_expires_ms } => Decision::Forward {
                 visitor,
-                ticket: Some(
-                    self.tickets
-                        .admitted(room, visitor, session_expires_ms, now),
-                ),
+                ticket: Some(self.tickets.admitted(
+                    room,
+                    visitor,
+                    session_expires_ms,
+                    now,
+                    ctx.net,
+                )),
             },
             Verdict::Queued(place) => Decision::Queued {
                 place,
-                ticket: self.tickets.queued(room, visitor, place, now),
+                ticket: self.tickets.queued(room, visitor, place, now, ctx.net),
             },
             Verdict::Rejected(reason) => Decision::Rejected(reason),
             Verdict::Ended => Decision::Ended,
@@ -700,7 +881,7 @@ impl Gate {
                 None,
             );
         };
-        let ticket = self.tickets.open(&room, req.headers(), ctx.now);
+        let ticket = self.tickets.open(&room, req.headers(), ctx.now, ctx.net);
         let (status, cookie) = match ticket {
             Some(Ticket {
                 visitor,
@@ -728,7 +909,7 @@ impl Gate {
                     return resp;
                 }
                 // The place is gone; loading the room's page hands out a new one.
-                Ok(Decision::Ended | Decision::TooManyArrivals(_)) => {
+                Ok(Decision::Ended | Decision::TooManyArrivals(_) | Decision::Challenge(_)) => {
                     (self.status(&room, ctx.now, VisitorState::None, None), None)
                 }
                 // The store is down: tell the page to keep waiting.
@@ -744,6 +925,15 @@ impl Gate {
                 self.status(&room, ctx.now, VisitorState::Admitted, None),
                 None,
             ),
+            // No ticket while the room wants a proof of work: the challenge,
+            // for apps to solve and hand in with their next request.
+            None if room.config.proof_of_work > 0 && room.is_queueing(ctx.now) => {
+                room.metrics.challenged.inc();
+                let challenge =
+                    self.proofs
+                        .issue(&room.config.id, room.config.proof_of_work, ctx.now);
+                (self.challenge_status(&room, &challenge, ctx.now), None)
+            }
             // No ticket: loading the room's page will hand one out.
             None => (self.status(&room, ctx.now, VisitorState::None, None), None),
         };
@@ -786,7 +976,15 @@ impl Gate {
             refresh_seconds: room.config.refresh_interval.as_secs().max(1),
             event: event.map(queue_page::EventInfo::of),
             starts_in_seconds,
+            challenge: None,
         }
+    }
+
+    /// The status JSON of a visitor who must first solve `challenge`.
+    fn challenge_status(&self, room: &Room, challenge: &proof::Challenge, now: Millis) -> Status {
+        let mut status = self.status(room, now, VisitorState::Challenge, None);
+        status.challenge = Some(queue_page::ChallengeInfo::of(challenge, now));
+        status
     }
 
     fn status_url(&self, room: &Room) -> String {

@@ -41,6 +41,24 @@ pub fn queue(
     resp
 }
 
+/// The proof of work a new visitor must do first: the page whose script
+/// does it, or for apps the status JSON with the challenge.
+pub fn challenge(
+    room: &Room,
+    status: &Status,
+    challenge: &super::proof::Challenge,
+    wants_json: bool,
+) -> Response<Body> {
+    let code = room.config.queue_status_code;
+    if room.config.json_response && wants_json {
+        return json(code, status, None);
+    }
+    html(
+        code,
+        crate::queue_page::render_challenge(&room.config.name, challenge),
+    )
+}
+
 /// What a visitor the room turns away sees (503).
 pub fn rejected(room: &Room, reason: RejectReason, wants_json: bool) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
@@ -54,6 +72,7 @@ pub fn rejected(room: &Room, reason: RejectReason, wants_json: bool) -> Response
             refresh_seconds: refresh,
             event: None,
             starts_in_seconds: None,
+            challenge: None,
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }

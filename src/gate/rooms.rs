@@ -2,6 +2,7 @@
 //! matcher that picks a room by host and longest path prefix.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -48,6 +49,10 @@ pub struct Room {
     pub metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub poll_limit: VisitorLimit,
+    /// Whether new visitors are being queued (a verdict said so, or the
+    /// last figures showed a queue or a full room); proof of work is asked
+    /// only then.
+    queueing: AtomicBool,
     clock: SharedClock,
 }
 
@@ -91,6 +96,7 @@ impl Room {
             rate: RateTracker::default(),
             metrics,
             poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
+            queueing: AtomicBool::new(false),
             clock,
             config,
         };
@@ -125,6 +131,28 @@ impl Room {
     }
 
     /// The events in force: the config file's, or the operator's list.
+    /// Whether a new visitor would be queued now: the room holds everyone
+    /// (paused, queue-all, an event's prequeue) or it is full or has a queue.
+    pub fn is_queueing(&self, now: Millis) -> bool {
+        use crate::store::{QueueingMethod, RoomState};
+        let in_force = self.in_force(now);
+        let policy = &in_force.policy;
+        match (policy.method, policy.state) {
+            (QueueingMethod::Reject | QueueingMethod::Passthrough, _) | (_, RoomState::Closed) => {
+                false
+            }
+            (_, RoomState::Paused | RoomState::QueueAll) => true,
+            _ => self.queueing.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records whether the room is queueing new visitors.
+    pub fn set_queueing(&self, queueing: bool) {
+        if self.queueing.load(Ordering::Relaxed) != queueing {
+            self.queueing.store(queueing, Ordering::Relaxed);
+        }
+    }
+
     pub fn events(&self) -> Arc<Vec<Arc<Event>>> {
         self.lock_applied().events.clone()
     }

@@ -17,6 +17,7 @@ use cookie::{Cookie, SameSite};
 use http::HeaderMap;
 
 use crate::clock::Millis;
+use crate::config::CookieConfig;
 use crate::proxy::headers;
 use crate::store::{QueuePlace, VisitorId};
 use crate::ticket::{Grant, KeyRing, Ticket};
@@ -82,20 +83,36 @@ pub struct Tickets {
     ring: u64,
     /// Mark cookies `Secure`.
     secure: bool,
+    /// A ticket from another network than its own is no ticket.
+    bind_to_client: bool,
+    /// Most distinct networks an admitted session may be used from (0 = any).
+    pub max_networks: u64,
 }
 
 impl Tickets {
-    pub fn new(keys: KeyRing, secure: bool) -> Self {
+    pub fn new(keys: KeyRing, cookie: &CookieConfig) -> Self {
         Self {
             keys,
             ring: RINGS.fetch_add(1, Ordering::Relaxed),
-            secure,
+            secure: cookie.secure,
+            bind_to_client: cookie.bind_to_client,
+            max_networks: cookie.max_networks_per_session,
         }
     }
 
-    /// The room's ticket in the request, if it opens and has not expired
-    /// (every failure is "none").
-    pub fn open(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
+    /// The room's ticket in the request, if it opens, has not expired and
+    /// (with `bind_to_client`) was issued to the client's network `net`;
+    /// every failure is "none". Tickets sealed before networks were
+    /// recorded carry none and are taken from anywhere until they lapse.
+    pub fn open(&self, room: &Room, headers: &HeaderMap, now: Millis, net: u64) -> Option<Ticket> {
+        let ticket = self.open_any(room, headers, now)?;
+        match ticket.net {
+            Some(issued) if self.bind_to_client && issued != net => None,
+            _ => Some(ticket),
+        }
+    }
+
+    fn open_any(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
         let value = headers::cookie_bytes(headers, &room.cookie_finder)?;
         let id = room.config.id.as_str();
         let remembered = OPENED.with(|opened| {
@@ -138,6 +155,7 @@ impl Tickets {
         visitor: VisitorId,
         expires: Millis,
         now: Millis,
+        net: u64,
     ) -> Ticket {
         Ticket {
             visitor,
@@ -146,6 +164,7 @@ impl Tickets {
                 check_in_due_ms: (now + room.check_in_interval_ms).min(expires),
             },
             expires_ms: expires,
+            net: Some(net),
         }
     }
 
@@ -157,11 +176,13 @@ impl Tickets {
         visitor: VisitorId,
         place: QueuePlace,
         now: Millis,
+        net: u64,
     ) -> Ticket {
         Ticket {
             visitor,
             grant: Grant::Queued { seq: place.seq },
             expires_ms: now + room.policy().abandon_after_ms,
+            net: Some(net),
         }
     }
 

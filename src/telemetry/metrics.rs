@@ -81,6 +81,13 @@ pub struct RoomMetrics {
     pub revoked: Counter,
     /// New visitors refused because their address asked for tickets too fast.
     pub limited: Counter,
+    /// Admitted sessions ended because they were used from more networks
+    /// than `cookie.max_networks_per_session` (a shared ticket).
+    pub shared: Counter,
+    /// Proof-of-work challenges handed out.
+    pub challenged: Counter,
+    /// Proof-of-work solutions refused (forged, expired, too weak, replayed).
+    pub proof_refused: Counter,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
@@ -143,7 +150,7 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused)",
             m.decisions.clone(),
         );
         registry.register(
@@ -200,6 +207,9 @@ impl Metrics {
             rejected: outcome("rejected"),
             revoked: outcome("revoked"),
             limited: outcome("limited"),
+            shared: outcome("shared"),
+            challenged: outcome("challenged"),
+            proof_refused: outcome("proof_refused"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

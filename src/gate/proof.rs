@@ -1,0 +1,303 @@
+//! Proof of work asked of new visitors while a room queues (SPEC §11
+//! "Bots"), so that holding a place costs every client some CPU time.
+//!
+//! A challenge is text the daemon signs and need not remember:
+//!
+//! ```text
+//! w1.<room>.<issued ms>.<bits>.<nonce, 16 bytes b64url>.<mac, 16 bytes b64url>
+//! ```
+//!
+//! with `mac` = HMAC-SHA256 under a key derived from the first cookie key
+//! (so every instance sharing the cookie keys checks every challenge). A
+//! solution is `<challenge>.<counter>` where the SHA-256 of that whole text
+//! starts with `bits` zero bits. It comes back in the `waitroom_.proof`
+//! cookie (the page's script sets it) or the `X-Waitroom-Proof` header
+//! (apps), within [`CHALLENGE_TTL_MS`]; the gate then notes its nonce in
+//! the store, so a solution is good once across all instances.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::Engine;
+use hmac::{Hmac, Mac};
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
+
+use crate::clock::Millis;
+use crate::config::Secret32;
+use crate::proxy::headers;
+
+/// How long a challenge can be solved and handed in.
+pub const CHALLENGE_TTL_MS: Millis = 120_000;
+/// A challenge issued this far in the future (another instance's clock) is still taken.
+const CLOCK_SKEW_MS: Millis = 5_000;
+/// The cookie the page's script returns a solution in. `.` cannot be in a
+/// room id, so no room's ticket cookie has this name; the `waitroom_`
+/// prefix keeps it from the origin like every cookie of ours.
+pub const PROOF_COOKIE: &str = "waitroom_.proof";
+/// The header apps return a solution in.
+pub const X_WAITROOM_PROOF: HeaderName = HeaderName::from_static("x-waitroom-proof");
+/// Longer solutions are refused unread.
+const MAX_SOLUTION_LEN: usize = 256;
+const VERSION: &str = "w1";
+const MAC_LEN: usize = 16;
+
+/// A challenge as handed to a visitor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    /// The text to hash, `.` and a counter appended.
+    pub text: String,
+    /// Leading zero bits the hash must have.
+    pub bits: u8,
+    /// Until when a solution is taken.
+    pub expires_ms: Millis,
+}
+
+/// A solution that holds: its nonce must now be claimed once in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Solved {
+    pub nonce: u64,
+    pub expires_ms: Millis,
+}
+
+/// Why a solution was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("malformed")]
+    Malformed,
+    #[error("not signed by us")]
+    Forged,
+    #[error("for another room")]
+    OtherRoom,
+    #[error("expired")]
+    Expired,
+    #[error("not enough work")]
+    TooWeak,
+}
+
+/// Issues and checks challenges.
+pub struct Proofs {
+    keyed: Hmac<Sha256>,
+}
+
+impl Proofs {
+    /// Keyed from the first cookie key (all instances share it); a ring
+    /// without keys gets a random one.
+    pub fn new(keys: &[Secret32]) -> Self {
+        let base = keys.first().map_or_else(crate::secret::random_32, |k| k.0);
+        let key = Sha256::new()
+            .chain_update(b"waitroom/proof-key\0")
+            .chain_update(base)
+            .finalize();
+        Self {
+            keyed: Hmac::new_from_slice(&key).expect("HMAC accepts any key length"),
+        }
+    }
+
+    fn mac(&self, body: &str) -> [u8; MAC_LEN] {
+        let mut mac = self.keyed.clone();
+        mac.update(b"waitroom/proof\0");
+        mac.update(body.as_bytes());
+        let full = mac.finalize().into_bytes();
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&full[..MAC_LEN]);
+        out
+    }
+
+    /// A fresh challenge for `room`.
+    pub fn issue(&self, room: &str, bits: u8, now: Millis) -> Challenge {
+        let nonce: [u8; 16] = rand::random();
+        let body = format!(
+            "{VERSION}.{room}.{now}.{bits}.{}",
+            URL_SAFE_NO_PAD.encode(nonce)
+        );
+        let mac = URL_SAFE_NO_PAD.encode(self.mac(&body));
+        Challenge {
+            text: format!("{body}.{mac}"),
+            bits,
+            expires_ms: now + CHALLENGE_TTL_MS,
+        }
+    }
+
+    /// Checks a solution for `room` at `now`: signed by us, for this room,
+    /// in time, and with the work done. Does not know whether it was used.
+    pub fn check(&self, room: &str, solution: &str, now: Millis) -> Result<Solved, Refusal> {
+        if solution.len() > MAX_SOLUTION_LEN {
+            return Err(Refusal::Malformed);
+        }
+        let (challenge, counter) = solution.rsplit_once('.').ok_or(Refusal::Malformed)?;
+        if counter.is_empty() || counter.len() > 20 || !counter.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(Refusal::Malformed);
+        }
+        let (body, mac) = challenge.rsplit_once('.').ok_or(Refusal::Malformed)?;
+        let mut given = [0u8; MAC_LEN];
+        match URL_SAFE_NO_PAD.decode_slice(mac, &mut given) {
+            Ok(MAC_LEN) => {}
+            _ => return Err(Refusal::Malformed),
+        }
+        let mut check = self.keyed.clone();
+        check.update(b"waitroom/proof\0");
+        check.update(body.as_bytes());
+        // Constant time, on the truncated tag.
+        check
+            .verify_truncated_left(&given)
+            .map_err(|_| Refusal::Forged)?;
+        // Authentic from here on.
+        let mut parts = body.split('.');
+        let (Some(VERSION), Some(for_room), Some(issued), Some(bits), Some(nonce), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(Refusal::Malformed);
+        };
+        if for_room != room {
+            return Err(Refusal::OtherRoom);
+        }
+        let issued: Millis = issued.parse().map_err(|_| Refusal::Malformed)?;
+        let bits: u32 = bits.parse().map_err(|_| Refusal::Malformed)?;
+        let expires_ms = issued + CHALLENGE_TTL_MS;
+        if now >= expires_ms || issued > now + CLOCK_SKEW_MS {
+            return Err(Refusal::Expired);
+        }
+        if leading_zero_bits(solution) < bits {
+            return Err(Refusal::TooWeak);
+        }
+        let mut raw = [0u8; 16];
+        match URL_SAFE_NO_PAD.decode_slice(nonce, &mut raw) {
+            Ok(16) => {}
+            _ => return Err(Refusal::Malformed),
+        }
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&raw[..8]);
+        Ok(Solved {
+            nonce: u64::from_be_bytes(first),
+            expires_ms,
+        })
+    }
+}
+
+/// Leading zero bits of SHA-256(`text`), counted up to 64.
+pub fn leading_zero_bits(text: &str) -> u32 {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first).leading_zeros()
+}
+
+/// The solution a request hands in: the `X-Waitroom-Proof` header, else
+/// the proof cookie.
+pub fn presented(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(&X_WAITROOM_PROOF)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| headers::cookie(headers, PROOF_COOKIE))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// Finds a counter that solves `challenge` (what the page's script does;
+/// for tests and the benchmark).
+pub fn solve(challenge: &Challenge) -> String {
+    (0u64..)
+        .map(|counter| format!("{}.{counter}", challenge.text))
+        .find(|s| leading_zero_bits(s) >= u32::from(challenge.bits))
+        .expect("some counter below 2^64 solves any challenge of at most 64 bits")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    fn proofs() -> Proofs {
+        Proofs::new(&[Secret32([9; 32])])
+    }
+
+    #[test]
+    fn a_solution_holds_once_solved_and_only_then() {
+        let p = proofs();
+        let c = p.issue("shop", 8, NOW);
+        let s = solve(&c);
+        let solved = p.check("shop", &s, NOW + 1_000).unwrap();
+        assert_eq!(solved.expires_ms, NOW + CHALLENGE_TTL_MS);
+        // The unsolved challenge with some counter: almost surely too weak.
+        let weak = (0..)
+            .map(|i| format!("{}.{i}", c.text))
+            .find(|s| leading_zero_bits(s) < 8)
+            .unwrap();
+        assert_eq!(p.check("shop", &weak, NOW), Err(Refusal::TooWeak));
+    }
+
+    #[test]
+    fn forged_expired_and_foreign_solutions_are_refused() {
+        let p = proofs();
+        let c = p.issue("shop", 4, NOW);
+        let s = solve(&c);
+        assert_eq!(p.check("other", &s, NOW), Err(Refusal::OtherRoom));
+        assert_eq!(
+            p.check("shop", &s, NOW + CHALLENGE_TTL_MS),
+            Err(Refusal::Expired)
+        );
+        assert_eq!(p.check("shop", &s, NOW - 60_000), Err(Refusal::Expired));
+        // Another key (another deployment) did not sign it.
+        let other = Proofs::new(&[Secret32([8; 32])]);
+        assert_eq!(other.check("shop", &s, NOW), Err(Refusal::Forged));
+        // Lowering the bits in the text breaks the signature.
+        let easier = s.replacen(".4.", ".0.", 1);
+        assert_eq!(p.check("shop", &easier, NOW), Err(Refusal::Forged));
+        for bad in [
+            "",
+            ".",
+            "w1",
+            "a.b",
+            &format!("{}.", c.text),
+            &format!("{}.12x", c.text),
+        ] {
+            assert_eq!(
+                p.check("shop", bad, NOW),
+                Err(Refusal::Malformed),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_challenge_has_its_own_nonce() {
+        let p = proofs();
+        let a = p
+            .check("shop", &solve(&p.issue("shop", 1, NOW)), NOW)
+            .unwrap();
+        let b = p
+            .check("shop", &solve(&p.issue("shop", 1, NOW)), NOW)
+            .unwrap();
+        assert_ne!(a.nonce, b.nonce);
+    }
+
+    proptest! {
+        #[test]
+        fn checking_never_panics(s in ".{0,300}") {
+            let _ = proofs().check("shop", &s, NOW);
+        }
+
+        #[test]
+        fn a_changed_byte_never_passes(at in 0usize..100, to in proptest::char::range('!', '~')) {
+            let p = proofs();
+            let s = solve(&p.issue("shop", 2, NOW));
+            let mut bytes: Vec<char> = s.chars().collect();
+            let at = at % bytes.len();
+            prop_assume!(bytes[at] != to);
+            bytes[at] = to;
+            let changed: String = bytes.into_iter().collect();
+            // Only the counter may change and still hold.
+            let counter_at = s.rfind('.').unwrap();
+            if at <= counter_at {
+                prop_assert!(p.check("shop", &changed, NOW).is_err());
+            }
+        }
+    }
+}
