@@ -335,3 +335,61 @@ async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
     let echo: serde_json::Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
     assert_eq!(echo["uri"], "/launch?x=1");
 }
+
+/// A room of one place that asks new visitors for a proof of work of
+/// `bits` while it queues, already full.
+async fn full_room_with_proof(bits: u8) -> (Harness, reqwest::Client) {
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.rooms[0].abandon_after = Duration::from_secs(600);
+        c.rooms[0].proof_of_work = bits;
+    })
+    .await;
+    let (first, _) = admit(&h).await;
+    (h, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_browser_solves_the_proof_of_work_and_gets_its_place() {
+    // 18 bits: the difficulty the README suggests.
+    let (h, _first) = full_room_with_proof(18).await;
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/item/7")).await.unwrap();
+    // The challenge page, then by itself the queue page.
+    browser
+        .wait_until(
+            "document.getElementById('wr-position')",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(browser.text_of("wr-position").await, "1");
+    let ms = browser
+        .eval("Number(sessionStorage.getItem('waitroom-proof-ms'))")
+        .await;
+    let tries = browser
+        .eval("Number(sessionStorage.getItem('waitroom-proof-tries'))")
+        .await;
+    eprintln!("proof of work, 18 bits, headless Chromium: {ms} ms, {tries} hashes");
+    assert!(ms.as_f64().unwrap() > 0.0);
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    assert_eq!(
+        stats.queued, 1,
+        "one place, for the browser that did the work"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_javascript_the_challenge_page_explains() {
+    let (h, _first) = full_room_with_proof(18).await;
+    let browser = Browser::start(Options {
+        javascript: false,
+        ..Options::default()
+    })
+    .await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    let body = browser.client.source().await.unwrap();
+    assert!(body.contains("needs JavaScript"), "{body}");
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    assert_eq!(stats.queued, 0);
+}

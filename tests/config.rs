@@ -204,6 +204,10 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "start",
         "end",
         "shuffle_at_start",
+        "bind_to_client",
+        "max_networks_per_session",
+        "sign_key_env",
+        "proof_of_work",
     ] {
         let written = example
             .lines()
@@ -339,6 +343,18 @@ const BAD: &[(&str, &str)] = &[
         "room[0].bypass_header.value_env (line 10, column 50): environment variable WAITROOM_TEST_UNSET is not set; it holds the bypass header's secret value",
     ),
     (
+        "proof_of_work_out_of_range",
+        "room[0].proof_of_work (line 10, column 17): 40 is out of range: 0 (off) to 32 bits; 16 to 20 takes a browser a few hundred milliseconds",
+    ),
+    (
+        "sign_key_env_unset",
+        "origin.sign_key_env (line 4, column 16): environment variable WAITROOM_TEST_UNSET is not set (it must hold the signing key)",
+    ),
+    (
+        "max_networks_too_large",
+        "cookie.max_networks_per_session (line 3, column 28): 5000 is over 1000 (0 turns the limit off)",
+    ),
+    (
         "bypass_path_without_slash",
         "room[0].bypass_paths[1] (line 10, column 29): \"robots.txt\" must start with /",
     ),
@@ -456,7 +472,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `state`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `proof_of_work`, `state`, `event`",
     ),
     (
         "unknown_server_key",
