@@ -128,6 +128,8 @@ pub(super) struct RawRoom {
     pub(super) bypass_header: Option<RawBypassHeader>,
     pub(super) case_insensitive_paths: Option<bool>,
     pub(super) state: Option<RoomState>,
+    /// `"auto"` or a shipped language code.
+    pub(super) language: Option<String>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,
 }

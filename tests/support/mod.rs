@@ -83,6 +83,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         bypass_header: None,
         case_insensitive_paths: false,
         state: RoomState::Open,
+        language: Language::Auto,
         events: vec![],
     }
 }
