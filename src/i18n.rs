@@ -379,7 +379,8 @@ fn parse_item(item: &[u8]) -> Option<(Range, u16)> {
     let primary = subtags.next()?;
     let well_formed = (1..=8).contains(&primary.len())
         && primary.bytes().all(|b| b.is_ascii_alphabetic())
-        && subtags.all(|s| (1..=8).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric()));
+        && subtags
+            .all(|s| (1..=8).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric()));
     if !well_formed {
         return None;
     }
@@ -453,7 +454,10 @@ mod tests {
                             }
                         }
                     }
-                    _ => panic!("{}.toml {key}: text in one file, plural in the other", lang.code()),
+                    _ => panic!(
+                        "{}.toml {key}: text in one file, plural in the other",
+                        lang.code()
+                    ),
                 }
             }
         }
@@ -463,7 +467,10 @@ mod tests {
     fn plural_rules_cover_their_forms() {
         for lang in Lang::ALL {
             for n in 0..200 {
-                assert!(lang.plural_forms().contains(&lang.plural(n)), "{lang:?} {n}");
+                assert!(
+                    lang.plural_forms().contains(&lang.plural(n)),
+                    "{lang:?} {n}"
+                );
             }
         }
         let ru = |n| Lang::Ru.strings().count("eta_minutes", n);

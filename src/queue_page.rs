@@ -455,8 +455,7 @@ static MESSAGES: LazyLock<Vec<Prerendered>> = LazyLock::new(|| {
 /// A message page in a language; it reloads itself after
 /// `refresh_seconds` unless that is 0.
 pub fn render_message(msg: Msg, lang: Lang, refresh_seconds: u64) -> String {
-    let i = Msg::ALL.iter().position(|m| *m == msg).unwrap_or(0) * Lang::ALL.len()
-        + lang as usize;
+    let i = Msg::ALL.iter().position(|m| *m == msg).unwrap_or(0) * Lang::ALL.len() + lang as usize;
     let Some(page) = MESSAGES.get(i) else {
         return "<!doctype html><title>Please try again later</title>".into();
     };
@@ -534,23 +533,38 @@ mod tests {
             let t = lang.strings();
             let html = |s: &str| HtmlEscape(s).to_string();
             let page = Template::builtin().render(&view_in(lang, false));
-            assert!(page.contains(&format!("<html lang=\"{}\">", lang.code())), "{page}");
-            assert!(page.contains(&html(t.get("queue_intro"))), "{lang:?}: {page}");
+            assert!(
+                page.contains(&format!("<html lang=\"{}\">", lang.code())),
+                "{page}"
+            );
+            assert!(
+                page.contains(&html(t.get("queue_intro"))),
+                "{lang:?}: {page}"
+            );
             assert!(page.contains(&eta_text(300, lang)), "{lang:?}: {page}");
-            assert!(page.contains(&html(&t.count("checks_every", 20))), "{lang:?}: {page}");
+            assert!(
+                page.contains(&html(&t.count("checks_every", 20))),
+                "{lang:?}: {page}"
+            );
             let pre = Template::builtin().render(&view_in(lang, true));
             let heading = html(t.get("prequeue_heading"))
                 .replace("{event}", "&lt;Drop&gt;")
-                .replace("{time}", "<time datetime=\"2027-01-15T10:00:00Z\">10:00</time>");
+                .replace(
+                    "{time}",
+                    "<time datetime=\"2027-01-15T10:00:00Z\">10:00</time>",
+                );
             assert!(pre.contains(&heading), "{lang:?}: {heading} in {pre}");
             assert!(pre.contains(&countdown_text(725, lang)), "{lang:?}: {pre}");
             if lang != Lang::En {
-                for (key, _) in english.entries() {
+                for key in english.entries().keys() {
                     if english.get(key) == t.get(key) {
                         continue; // "{s} s" is international
                     }
                     let en = html(english.get(key));
-                    assert!(!page.contains(&en) && !pre.contains(&en), "{lang:?}: English {key}");
+                    assert!(
+                        !page.contains(&en) && !pre.contains(&en),
+                        "{lang:?}: English {key}"
+                    );
                 }
                 for word in ["about ", "less than", "You are", "\" s\""] {
                     assert!(!page.contains(word), "{lang:?}: {word:?} in {page}");
@@ -589,7 +603,10 @@ mod tests {
                 let (title, text) = msg.keys();
                 let t = lang.strings();
                 let still = render_message(msg, lang, 0);
-                assert!(still.contains(&format!("<html lang=\"{}\">", lang.code())), "{still}");
+                assert!(
+                    still.contains(&format!("<html lang=\"{}\">", lang.code())),
+                    "{still}"
+                );
                 assert!(!still.contains("http-equiv"), "{still}");
                 assert!(!still.contains(REFRESH_MARK));
                 let text_html = HtmlEscape(t.get(text)).to_string();
@@ -615,10 +632,16 @@ mod tests {
                 context! { name => "<b>Drop</b>", at => "10:00" },
             )
             .unwrap();
-        assert_eq!(out, "&lt;&lt;b&gt;Drop&lt;&#x2f;b&gt;&gt; at <time>10:00</time> {none}");
+        assert_eq!(
+            out,
+            "&lt;&lt;b&gt;Drop&lt;&#x2f;b&gt;&gt; at <time>10:00</time> {none}"
+        );
         let out = env
             .render_str(r#"{{ "every second"|fill(n=1) }}"#, context! {})
             .unwrap();
-        assert_eq!(out, "every second", "a value the sentence leaves out is fine");
+        assert_eq!(
+            out, "every second",
+            "a value the sentence leaves out is fine"
+        );
     }
 }

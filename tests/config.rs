@@ -814,7 +814,10 @@ fn room_language_is_auto_or_a_shipped_code() {
         assert_eq!(c.rooms[0].language, expected, "{written}");
     }
     let e = err(&with_room_keys("language = \"klingon\""), &fixture_env);
-    assert!(e.starts_with("room[0].language (line 10, column 12): \"klingon\" is not"), "{e}");
+    assert!(
+        e.starts_with("room[0].language (line 10, column 12): \"klingon\" is not"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -14,14 +14,56 @@ use waitroom::store::{EventSpec, RoomState, Settings};
 /// Per language: a header asking for it, and a known sentence of the queue
 /// page, the prequeue page and the closed page (as they appear in HTML).
 const LANGUAGES: &[(&str, &str, &str, &str, &str)] = &[
-    ("en", "en-GB,en;q=0.9", "People in the queue", "Starts in:", "Sold out"),
+    (
+        "en",
+        "en-GB,en;q=0.9",
+        "People in the queue",
+        "Starts in:",
+        "Sold out",
+    ),
     ("zh", "zh-CN,zh;q=0.9", "排队人数", "距离开始：", "已售罄"),
-    ("de", "de-DE", "Personen in der Warteschlange", "Beginnt in:", "Ausverkauft"),
-    ("es", "es-419,es;q=0.8", "Personas en la fila", "Empieza en:", "Agotado"),
-    ("fr", "fr-CA, fr;q=0.9", "Personnes dans la file", "Début dans\u{a0}:", "Épuisé"),
-    ("ja", "ja", "列に並んでいる人数", "開始まで：", "完売しました"),
-    ("pt", "pt-BR,pt;q=0.9,en;q=0.8", "Pessoas na fila", "Começa em:", "Esgotado"),
-    ("ru", "ru-RU,ru;q=0.9,en-US;q=0.8", "Человек в очереди", "До начала:", "Всё распродано"),
+    (
+        "de",
+        "de-DE",
+        "Personen in der Warteschlange",
+        "Beginnt in:",
+        "Ausverkauft",
+    ),
+    (
+        "es",
+        "es-419,es;q=0.8",
+        "Personas en la fila",
+        "Empieza en:",
+        "Agotado",
+    ),
+    (
+        "fr",
+        "fr-CA, fr;q=0.9",
+        "Personnes dans la file",
+        "Début dans\u{a0}:",
+        "Épuisé",
+    ),
+    (
+        "ja",
+        "ja",
+        "列に並んでいる人数",
+        "開始まで：",
+        "完売しました",
+    ),
+    (
+        "pt",
+        "pt-BR,pt;q=0.9,en;q=0.8",
+        "Pessoas na fila",
+        "Começa em:",
+        "Esgotado",
+    ),
+    (
+        "ru",
+        "ru-RU,ru;q=0.9,en-US;q=0.8",
+        "Человек в очереди",
+        "До начала:",
+        "Всё распродано",
+    ),
 ];
 
 /// A room of one place, already taken: every newcomer queues.
@@ -32,7 +74,9 @@ async fn full_room(tweak: impl FnOnce(&mut Config)) -> Harness {
         tweak(c);
     })
     .await;
-    assert!(from_origin(&h.visitor().get(h.url("/")).send().await.unwrap()));
+    assert!(from_origin(
+        &h.visitor().get(h.url("/")).send().await.unwrap()
+    ));
     h
 }
 
@@ -53,7 +97,12 @@ async fn page(h: &Harness, accept_language: Option<&str>) -> (u16, String, Strin
             .join(", ")
     };
     let (language, vary) = (header("content-language"), header("vary"));
-    (resp.status().as_u16(), language, vary, resp.text().await.unwrap())
+    (
+        resp.status().as_u16(),
+        language,
+        vary,
+        resp.text().await.unwrap(),
+    )
 }
 
 fn lang_of(page: &str) -> &str {
@@ -70,7 +119,10 @@ async fn the_queue_page_speaks_each_language() {
         assert_eq!(lang_of(&body), *code, "{header}");
         assert!(body.contains(queue), "{code}: {body}");
         assert_eq!(language, *code);
-        assert!(vary.to_ascii_lowercase().contains("accept-language"), "{vary}");
+        assert!(
+            vary.to_ascii_lowercase().contains("accept-language"),
+            "{vary}"
+        );
     }
 }
 
@@ -147,7 +199,10 @@ async fn a_fixed_language_ignores_the_header() {
         let (_, language, vary, body) = page(&h, header).await;
         assert_eq!(lang_of(&body), "ja", "{header:?}");
         assert_eq!(language, "ja");
-        assert!(!vary.to_ascii_lowercase().contains("accept-language"), "{vary}");
+        assert!(
+            !vary.to_ascii_lowercase().contains("accept-language"),
+            "{vary}"
+        );
         assert!(body.contains("列に並んでいる人数"));
     }
 }
@@ -165,10 +220,22 @@ async fn the_status_json_stays_language_neutral() {
         .unwrap();
     assert!(resp.headers().get("content-language").is_none());
     let body: serde_json::Value = resp.json().await.unwrap();
-    let keys: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
-        ["eta_seconds", "position", "queue_length", "refresh_seconds", "room", "state"]
+        [
+            "eta_seconds",
+            "position",
+            "queue_length",
+            "refresh_seconds",
+            "room",
+            "state"
+        ]
     );
     assert_eq!(body["state"], "queued");
 }
@@ -209,7 +276,10 @@ async fn error_pages_speak_the_language_too() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 504);
-    assert!(resp.headers()["vary"].to_str().unwrap().contains("accept-language"));
+    assert!(resp.headers()["vary"]
+        .to_str()
+        .unwrap()
+        .contains("accept-language"));
     let body = resp.text().await.unwrap();
     assert_eq!(lang_of(&body), "ja");
     assert!(body.contains("サイトの応答が遅れています"), "{body}");
@@ -258,10 +328,16 @@ async fn an_operator_template_sees_lang_and_t() {
     .unwrap();
     let h = full_room(|c| c.rooms[0].template = Some(path.clone())).await;
     let (_, _, _, body) = page(&h, Some("ru")).await;
-    assert!(body.starts_with("<html lang=\"ru\">[Вы в очереди] ["), "{body}");
+    assert!(
+        body.starts_with("<html lang=\"ru\">[Вы в очереди] ["),
+        "{body}"
+    );
     assert!(body.contains("[примерно 3 минуты]"), "{body}");
     assert!(body.contains("[Обновлено в 08:00:00 UTC.]"), "{body}");
     let (_, _, _, body) = page(&h, None).await;
-    assert!(body.starts_with("<html lang=\"en\">[You are in the queue] ["), "{body}");
+    assert!(
+        body.starts_with("<html lang=\"en\">[You are in the queue] ["),
+        "{body}"
+    );
     assert!(body.contains("[about 3 minutes]"), "{body}");
 }
