@@ -23,6 +23,7 @@
 //!   `redis` backends.
 //! * [`respond`]: building the daemon's own responses.
 //! * [`queue_page`]: the queue page template, status JSON and message pages.
+//! * [`i18n`]: the shipped translations and the visitor's language.
 //! * [`canonical`]: the one spelling of a request's path and host.
 //! * [`secret`]: secrets, cookie keys, constant-time comparison.
 //! * [`clock`]: wall-clock time as an injected input.
@@ -38,6 +39,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod gate;
+pub mod i18n;
 pub mod proxy;
 pub mod queue_page;
 pub mod respond;

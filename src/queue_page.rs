@@ -1,12 +1,16 @@
 //! What a waiting visitor sees: the queue page (an operator-replaceable
 //! template), the status JSON, and the daemon's own message pages
-//! (rejected, closed, origin errors, store unavailable, slow down).
+//! (rejected, closed, origin errors, store unavailable, slow down), each in
+//! the visitor's language ([`crate::i18n`]).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-use minijinja::{context, AutoEscape, Environment};
+use minijinja::value::{Kwargs, Value};
+use minijinja::{context, AutoEscape, Environment, HtmlEscape};
 use serde::Serialize;
+
+use crate::i18n::{self, Lang};
 
 /// The built-in queue page.
 pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
@@ -54,12 +58,19 @@ impl Template {
         let mut env = Environment::new();
         // Escape everything, whatever the template's file name.
         env.set_auto_escape_callback(|_| AutoEscape::Html);
+        env.add_filter("fill", fill_filter);
+        env.add_filter("count", count_filter);
         env.add_template_owned(name, source)?;
         Ok(Self { env: Arc::new(env) })
     }
 
     fn try_render(&self, view: &QueueView) -> Result<String, minijinja::Error> {
-        self.env.get_template("queue.html")?.render(view)
+        // `t` is built once per language; the view's own fields come after.
+        let ctx = minijinja::value::merge_maps([
+            context! { t => view.language.strings().value() },
+            Value::from_serialize(view),
+        ]);
+        self.env.get_template("queue.html")?.render(ctx)
     }
 
     pub fn render(&self, view: &QueueView) -> String {
@@ -163,16 +174,99 @@ pub fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// `{{ t.key|fill(name=value, ...) }}`: the sentence with each `{name}`
+/// replaced. The sentence and plain values are HTML-escaped; values marked
+/// safe (markup built in the template, such as a `<time>` element from a
+/// `{% set %}` block) are inserted as they are. A value the sentence does
+/// not use is no error: one language's sentence may leave out what
+/// another's needs ("every second").
+fn fill_filter(text: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    use std::fmt::Write;
+    let escaped = |v: &Value, out: &mut String| {
+        if v.is_safe() {
+            let _ = write!(out, "{v}");
+        } else {
+            let _ = write!(out, "{}", HtmlEscape(&v.to_string()));
+        }
+    };
+    let source = text.to_string();
+    let mut out = String::with_capacity(source.len() + 32);
+    let mut rest = source.as_str();
+    while let Some(open) = rest.find('{') {
+        let (before, after) = rest.split_at(open);
+        escaped(&Value::from(before).with_safety(text.is_safe()), &mut out);
+        let Some(close) = after.find('}') else {
+            rest = after;
+            break;
+        };
+        let name = &after[1..close];
+        match kwargs.get::<Option<Value>>(name)? {
+            Some(value) => escaped(&value, &mut out),
+            None => escaped(&Value::from(&after[..=close]), &mut out),
+        }
+        rest = &after[close + 1..];
+    }
+    escaped(&Value::from(rest).with_safety(text.is_safe()), &mut out);
+    for name in kwargs.args() {
+        kwargs.get::<Value>(name)?;
+    }
+    Ok(Value::from_safe_string(out))
+}
+
+/// `{{ t.eta_minutes|count(n) }}`: the plural form of the page's
+/// language (`lang`) for the whole number `n`, with `{n}` filled in; a
+/// plain sentence is taken as it is.
+fn count_filter(
+    state: &minijinja::State<'_, '_>,
+    forms: Value,
+    n: u64,
+) -> Result<Value, minijinja::Error> {
+    let lang = state
+        .lookup("lang")
+        .and_then(|l| l.as_str().and_then(Lang::from_code))
+        .unwrap_or(Lang::FALLBACK);
+    let form = if forms.as_str().is_some() {
+        forms
+    } else {
+        match forms.get_attr(lang.plural(n))? {
+            v if v.is_undefined() || v.is_none() => forms.get_attr("other")?,
+            v => v,
+        }
+    };
+    let kwargs = Kwargs::from_iter([("n", Value::from(n))]);
+    fill_filter(form, kwargs)
+}
+
+/// Marks a string value safe again when its source was.
+trait WithSafety {
+    fn with_safety(self, safe: bool) -> Value;
+}
+
+impl WithSafety for Value {
+    fn with_safety(self, safe: bool) -> Value {
+        if safe {
+            Value::from_safe_string(self.to_string())
+        } else {
+            self
+        }
+    }
+}
+
 /// Everything the queue template can show. Documented in the README.
 #[derive(Clone, Debug, Serialize)]
 pub struct QueueView {
+    /// The page's language code (`<html lang>`); the template also gets
+    /// `t`, this language's strings.
+    pub lang: &'static str,
+    #[serde(skip)]
+    pub language: Lang,
     pub room_id: String,
     pub room_name: String,
     pub state: VisitorState,
     pub position: u64,
     pub queue_length: u64,
     pub eta_seconds: u64,
-    /// "about 3 minutes", "less than a minute", ...
+    /// "about 3 minutes", "less than a minute", ... (in the page's language)
     pub eta_text: String,
     /// Share of the queue behind this visitor, 0..=100.
     pub progress_percent: u64,
@@ -192,25 +286,33 @@ pub struct QueueView {
     pub event_start_at: Option<String>,
     /// Places in the prequeue are drawn at random at the start.
     pub event_shuffle: bool,
-    /// The countdown for people: "12 min 5 s".
+    /// The countdown for people: "12 min 5 s" (in the page's language).
     pub event_countdown_text: String,
 }
 
 impl QueueView {
-    pub fn new(status: &Status, room_name: &str, status_url: String, now_ms: u64) -> Self {
+    pub fn new(
+        status: &Status,
+        room_name: &str,
+        status_url: String,
+        now_ms: u64,
+        language: Lang,
+    ) -> Self {
         let iso = rfc3339(now_ms);
         let behind = status.queue_length.saturating_sub(status.position) + 1;
         let progress = (behind * 100)
             .checked_div(status.queue_length)
             .unwrap_or(100);
         Self {
+            lang: language.code(),
+            language,
             room_id: status.room.clone(),
             room_name: room_name.to_owned(),
             state: status.state,
             position: status.position,
             queue_length: status.queue_length,
             eta_seconds: status.eta_seconds,
-            eta_text: eta_text(status.eta_seconds),
+            eta_text: eta_text(status.eta_seconds, language),
             progress_percent: progress.min(100),
             updated_at: iso.get(11..19).unwrap_or("").to_owned(),
             updated_at_iso: iso,
@@ -224,7 +326,7 @@ impl QueueView {
                 .as_ref()
                 .and_then(|e| e.start.get(11..16).map(str::to_owned)),
             event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
-            event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0)),
+            event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0), language),
         }
     }
 
@@ -245,66 +347,162 @@ impl QueueView {
             "Sample",
             "/__waitroom/status?room=sample".into(),
             0,
+            Lang::FALLBACK,
         )
     }
 }
 
 /// A rounded, human wait.
-pub fn eta_text(seconds: u64) -> String {
+pub fn eta_text(seconds: u64, lang: Lang) -> String {
+    let t = lang.strings();
     match seconds {
-        0..=59 => "less than a minute".into(),
-        60..=119 => "about 1 minute".into(),
-        120..=3599 => format!("about {} minutes", (seconds + 30) / 60),
-        3600..=7199 => "about 1 hour".into(),
-        _ => format!("about {} hours", (seconds + 1800) / 3600),
+        0..=59 => t.get("eta_under_minute").to_owned(),
+        60..=119 => t.count("eta_minutes", 1),
+        120..=3599 => t.count("eta_minutes", (seconds + 30) / 60),
+        3600..=7199 => t.count("eta_hours", 1),
+        _ => t.count("eta_hours", (seconds + 1800) / 3600),
     }
 }
 
 /// A countdown as the page's script writes it.
-pub fn countdown_text(seconds: u64) -> String {
-    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+pub fn countdown_text(seconds: u64, lang: Lang) -> String {
+    let t = lang.strings();
+    let (h, m, s) = (
+        (seconds / 3600).to_string(),
+        (seconds / 60 % 60).to_string(),
+        (seconds % 60).to_string(),
+    );
     match seconds {
-        0..=59 => format!("{s} s"),
-        60..=3599 => format!("{m} min {s} s"),
-        _ => format!("{h} h {m} min"),
+        0..=59 => i18n::fill(t.get("countdown_s"), &[("s", &s)]),
+        60..=3599 => i18n::fill(t.get("countdown_min_s"), &[("m", &m), ("s", &s)]),
+        _ => i18n::fill(t.get("countdown_h_min"), &[("h", &h), ("m", &m)]),
     }
 }
 
-/// A page for everything that is not the queue.
-pub struct Message<'a> {
-    pub title: &'a str,
-    pub text: &'a str,
-    /// Seconds after which the page reloads itself (0 = never).
-    pub refresh_seconds: u64,
+/// Every page that is not the queue: a title and a sentence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Closed,
+    QueueFull,
+    OverLimit,
+    SlowDown,
+    TooManyArrivals,
+    StoreUnavailable,
+    OriginTimeout,
+    OriginDown,
+    BadHost,
+    BadAddress,
+    BadBody,
+    NotFound,
 }
 
-/// The message page, compiled once: it answers floods (429s, 503s), so it
-/// must be cheap.
-static MESSAGES: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
+impl Msg {
+    pub const ALL: [Msg; 12] = [
+        Msg::Closed,
+        Msg::QueueFull,
+        Msg::OverLimit,
+        Msg::SlowDown,
+        Msg::TooManyArrivals,
+        Msg::StoreUnavailable,
+        Msg::OriginTimeout,
+        Msg::OriginDown,
+        Msg::BadHost,
+        Msg::BadAddress,
+        Msg::BadBody,
+        Msg::NotFound,
+    ];
+
+    /// The title's and the sentence's keys in the language files.
+    pub fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Msg::Closed => ("closed_title", "closed_text"),
+            Msg::QueueFull => ("busy_title", "queue_full_text"),
+            Msg::OverLimit => ("busy_title", "over_limit_text"),
+            Msg::SlowDown => ("slow_down_title", "slow_down_text"),
+            Msg::TooManyArrivals => ("slow_down_title", "too_many_arrivals_text"),
+            Msg::StoreUnavailable => ("unavailable_title", "unavailable_text"),
+            Msg::OriginTimeout => ("origin_timeout_title", "origin_timeout_text"),
+            Msg::OriginDown => ("origin_down_title", "origin_down_text"),
+            Msg::BadHost => ("bad_request_title", "bad_host_text"),
+            Msg::BadAddress => ("bad_request_title", "bad_address_text"),
+            Msg::BadBody => ("bad_request_title", "bad_body_text"),
+            Msg::NotFound => ("not_found_title", "not_found_text"),
+        }
+    }
+}
+
+/// Stands in for the refresh seconds while the pages are built, then is
+/// cut out, so a page costs one copy per request, not a template run.
+const REFRESH_MARK: &str = "4000000001";
+
+/// One message page in one language, rendered once.
+struct Prerendered {
+    /// Without a refresh.
+    still: String,
+    /// With `<meta http-equiv="refresh">`, split where its seconds go.
+    head: String,
+    tail: String,
+}
+
+/// Every message page in every language, built on first use: they answer
+/// floods (429s, 503s), so a request only copies one.
+static MESSAGES: LazyLock<Vec<Prerendered>> = LazyLock::new(|| {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     if let Err(e) = env.add_template("message.html", MESSAGE_TEMPLATE) {
         tracing::error!(error = %e, "the built-in message page does not compile");
     }
-    env
+    let mut pages = Vec::with_capacity(Msg::ALL.len() * Lang::ALL.len());
+    for msg in Msg::ALL {
+        for lang in Lang::ALL {
+            let (title, text) = msg.keys();
+            let t = lang.strings();
+            let render = |refresh: &str| {
+                env.get_template("message.html")
+                    .and_then(|tpl| {
+                        tpl.render(context! {
+                            lang => lang.code(),
+                            title => t.get(title),
+                            text => t.get(text),
+                            refresh_seconds => refresh,
+                        })
+                    })
+                    .unwrap_or_else(|_| {
+                        format!(
+                            "<!doctype html><html lang=\"{}\"><title>{1}</title><h1>{1}</h1>",
+                            lang.code(),
+                            HtmlEscape(t.get(title))
+                        )
+                    })
+            };
+            let still = render("");
+            let marked = render(REFRESH_MARK);
+            let (head, tail) = marked
+                .split_once(REFRESH_MARK)
+                .map(|(h, t)| (h.to_owned(), t.to_owned()))
+                .unwrap_or_else(|| (still.clone(), String::new()));
+            pages.push(Prerendered { still, head, tail });
+        }
+    }
+    pages
 });
 
-pub fn render_message(message: &Message<'_>) -> String {
-    MESSAGES
-        .get_template("message.html")
-        .and_then(|t| {
-            t.render(context! {
-                title => message.title,
-                text => message.text,
-                refresh_seconds => message.refresh_seconds,
-            })
-        })
-        .unwrap_or_else(|_| {
-            format!(
-                "<!doctype html><title>{0}</title><h1>{0}</h1>",
-                "Please try again later"
-            )
-        })
+/// A message page in a language; it reloads itself after
+/// `refresh_seconds` unless that is 0.
+pub fn render_message(msg: Msg, lang: Lang, refresh_seconds: u64) -> String {
+    let i = Msg::ALL.iter().position(|m| *m == msg).unwrap_or(0) * Lang::ALL.len() + lang as usize;
+    let Some(page) = MESSAGES.get(i) else {
+        return "<!doctype html><title>Please try again later</title>".into();
+    };
+    if refresh_seconds == 0 {
+        return page.still.clone();
+    }
+    let seconds = itoa::Buffer::new().format(refresh_seconds).to_owned();
+    let mut out = String::with_capacity(page.head.len() + seconds.len() + page.tail.len());
+    out.push_str(&page.head);
+    out.push_str(&seconds);
+    out.push_str(&page.tail);
+    out
 }
 
 /// The challenge page, compiled once (it answers every new visitor while
@@ -318,18 +516,24 @@ static CHALLENGE: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLoc
     env
 });
 
-/// The proof-of-work page for `challenge` in the room called `room_name`.
-pub fn render_challenge(room_name: &str, challenge: &crate::gate::proof::Challenge) -> String {
+/// The proof-of-work page for `challenge` in the room called `room_name`,
+/// in `lang`.
+pub fn render_challenge(
+    room_name: &str,
+    challenge: &crate::gate::proof::Challenge,
+    lang: crate::i18n::Lang,
+) -> String {
+    let t = lang.strings();
     CHALLENGE
         .get_template("challenge.html")
-        .and_then(|t| {
-            t.render(context! {
-                lang => "en",
+        .and_then(|tmpl| {
+            tmpl.render(context! {
+                lang => lang.code(),
                 room_name => room_name,
-                title => "Checking your browser",
-                text => "This takes a moment. You will get your place in line right after.",
-                noscript => "This waiting room needs JavaScript to give you a place in line. Please enable JavaScript and reload this page.",
-                failed => "The check did not succeed. Reloading the page starts a new one.",
+                title => t.get("challenge_title"),
+                text => t.get("challenge_text"),
+                noscript => t.get("challenge_noscript"),
+                failed => t.get("challenge_failed"),
                 challenge => challenge.text,
                 bits => challenge.bits,
                 cookie_name => crate::gate::proof::PROOF_COOKIE,
@@ -342,6 +546,26 @@ pub fn render_challenge(room_name: &str, challenge: &crate::gate::proof::Challen
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_challenge_page_is_in_every_language() {
+        let challenge = crate::gate::proof::Challenge {
+            text: "w1.shop.1.18.n.m".into(),
+            bits: 18,
+            expires_ms: 0,
+        };
+        for lang in &crate::i18n::Lang::ALL {
+            let page = super::render_challenge("Shop", &challenge, *lang);
+            assert!(
+                page.contains(&format!("<html lang=\"{}\">", lang.code())),
+                "{page}"
+            );
+            let title = lang.strings().get("challenge_title");
+            let escaped = title.replace('&', "&amp;").replace('\'', "&#x27;");
+            assert!(page.contains(&escaped), "{lang:?}: {title}");
+            assert!(page.contains("w1.shop.1.18.n.m"));
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -353,11 +577,166 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)"), "{html}");
     }
 
+    fn view_in(lang: Lang, prequeue: bool) -> QueueView {
+        view_with(lang, prequeue, 20)
+    }
+
+    fn view_with(lang: Lang, prequeue: bool, refresh_seconds: u64) -> QueueView {
+        let mut status = Status {
+            room: "shop".into(),
+            state: VisitorState::Queued,
+            position: 3,
+            queue_length: 10,
+            eta_seconds: 300,
+            refresh_seconds,
+            event: None,
+            starts_in_seconds: None,
+            challenge: None,
+        };
+        if prequeue {
+            status.state = VisitorState::Prequeue;
+            status.starts_in_seconds = Some(725);
+            status.event = Some(EventInfo {
+                name: "<Drop>".into(),
+                start: "2027-01-15T10:00:00Z".into(),
+                end: "2027-01-15T12:00:00Z".into(),
+                shuffle_at_start: false,
+            });
+        }
+        QueueView::new(&status, "Shop", "/s".into(), 0, lang)
+    }
+
+    #[test]
+    fn the_builtin_page_renders_in_every_language_for_every_plural_form() {
+        let builtin = Template::builtin();
+        for lang in Lang::ALL {
+            for prequeue in [false, true] {
+                for refresh in [1, 2, 5, 21, 22] {
+                    let view = view_with(lang, prequeue, refresh);
+                    if let Err(e) = builtin.try_render(&view) {
+                        panic!("{lang:?} prequeue={prequeue} refresh={refresh}: {e:#}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_builtin_page_speaks_each_language_with_no_english_left() {
+        let english = Lang::En.strings();
+        for lang in Lang::ALL {
+            let t = lang.strings();
+            let html = |s: &str| HtmlEscape(s).to_string();
+            let page = Template::builtin().render(&view_in(lang, false));
+            assert!(
+                page.contains(&format!("<html lang=\"{}\">", lang.code())),
+                "{page}"
+            );
+            assert!(
+                page.contains(&html(t.get("queue_intro"))),
+                "{lang:?}: {page}"
+            );
+            assert!(page.contains(&eta_text(300, lang)), "{lang:?}: {page}");
+            assert!(
+                page.contains(&html(&t.count("checks_every", 20))),
+                "{lang:?}: {page}"
+            );
+            let pre = Template::builtin().render(&view_in(lang, true));
+            let heading = html(t.get("prequeue_heading"))
+                .replace("{event}", "&lt;Drop&gt;")
+                .replace(
+                    "{time}",
+                    "<time datetime=\"2027-01-15T10:00:00Z\">10:00</time>",
+                );
+            assert!(pre.contains(&heading), "{lang:?}: {heading} in {pre}");
+            assert!(pre.contains(&countdown_text(725, lang)), "{lang:?}: {pre}");
+            if lang != Lang::En {
+                for key in english.entries().keys() {
+                    if english.get(key) == t.get(key) {
+                        continue; // "{s} s" is international
+                    }
+                    let en = html(english.get(key));
+                    assert!(
+                        !page.contains(&en) && !pre.contains(&en),
+                        "{lang:?}: English {key}"
+                    );
+                }
+                for word in ["about ", "less than", "You are", "\" s\""] {
+                    assert!(!page.contains(word), "{lang:?}: {word:?} in {page}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn eta_text_rounds_for_people() {
-        assert_eq!(eta_text(10), "less than a minute");
-        assert_eq!(eta_text(75), "about 1 minute");
-        assert_eq!(eta_text(170), "about 3 minutes");
-        assert_eq!(eta_text(3 * 3600), "about 3 hours");
+        let en = Lang::En;
+        assert_eq!(eta_text(10, en), "less than a minute");
+        assert_eq!(eta_text(75, en), "about 1 minute");
+        assert_eq!(eta_text(170, en), "about 3 minutes");
+        assert_eq!(eta_text(3 * 3600, en), "about 3 hours");
+        assert_eq!(eta_text(300, Lang::Ru), "примерно 5 минут");
+        assert_eq!(eta_text(130, Lang::De), "etwa 2 Minuten");
+        assert_eq!(eta_text(4000, Lang::Fr), "environ 1 heure");
+        assert_eq!(eta_text(30, Lang::Zh), "不到 1 分钟");
+    }
+
+    #[test]
+    fn countdown_text_in_each_language() {
+        assert_eq!(countdown_text(725, Lang::En), "12 min 5 s");
+        assert_eq!(countdown_text(9, Lang::En), "9 s");
+        assert_eq!(countdown_text(7300, Lang::En), "2 h 1 min");
+        assert_eq!(countdown_text(725, Lang::Ja), "12分5秒");
+        assert_eq!(countdown_text(725, Lang::De), "12 Min. 5 Sek.");
+        assert_eq!(countdown_text(7300, Lang::Ru), "2 ч 1 мин");
+    }
+
+    #[test]
+    fn message_pages_are_prerendered_per_language_with_the_refresh_cut_in() {
+        for msg in Msg::ALL {
+            for lang in Lang::ALL {
+                let (title, text) = msg.keys();
+                let t = lang.strings();
+                let still = render_message(msg, lang, 0);
+                assert!(
+                    still.contains(&format!("<html lang=\"{}\">", lang.code())),
+                    "{still}"
+                );
+                assert!(!still.contains("http-equiv"), "{still}");
+                assert!(!still.contains(REFRESH_MARK));
+                let text_html = HtmlEscape(t.get(text)).to_string();
+                assert!(still.contains(&text_html), "{msg:?} {lang:?}: {still}");
+                assert!(still.contains(&HtmlEscape(t.get(title)).to_string()));
+                let page = render_message(msg, lang, 17);
+                assert!(page.contains("content=\"17\""), "{page}");
+                assert!(!page.contains(REFRESH_MARK));
+                let refresh = "<meta http-equiv=\"refresh\" content=\"17\">";
+                assert_eq!(page.replace(refresh, ""), still, "only the refresh differs");
+            }
+        }
+    }
+
+    #[test]
+    fn fill_escapes_the_sentence_and_plain_values_but_not_markup() {
+        let mut env = Environment::new();
+        env.set_auto_escape_callback(|_| AutoEscape::Html);
+        env.add_filter("fill", fill_filter);
+        let out = env
+            .render_str(
+                r#"{% set when %}<time>{{ at }}</time>{% endset %}{{ "<{event}> at {time} {none}"|fill(event=name, time=when) }}"#,
+                context! { name => "<b>Drop</b>", at => "10:00" },
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            "&lt;&lt;b&gt;Drop&lt;&#x2f;b&gt;&gt; at <time>10:00</time> {none}"
+        );
+        let out = env
+            .render_str(r#"{{ "every second"|fill(n=1) }}"#, context! {})
+            .unwrap();
+        assert_eq!(
+            out, "every second",
+            "a value the sentence leaves out is fine"
+        );
     }
 }

@@ -1,13 +1,15 @@
 //! Building the daemon's own responses: HTML pages, JSON, plain text, the
 //! message page, and the headers they share (`Cache-Control: no-store`,
-//! `Retry-After`, `Set-Cookie`). Used by the gate and the admin listener;
-//! no response body ever carries an internal error.
+//! `Retry-After`, `Set-Cookie`, `Content-Language`, `Vary`). Used by the
+//! gate and the admin listener; no response body ever carries an internal
+//! error.
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 
 use crate::body::{full, Body};
-use crate::queue_page::{self, Message};
+use crate::i18n::Chosen;
+use crate::queue_page::{self, Msg};
 
 pub fn html(status: StatusCode, page: String) -> Response<Body> {
     let mut resp = Response::new(full(page));
@@ -51,42 +53,48 @@ pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     resp
 }
 
-/// The daemon's message page (not found, sold out, slow down, …), which
-/// reloads itself after `refresh_seconds` when that is not 0.
+/// The daemon's message page (not found, sold out, slow down, …) in the
+/// chosen language, which reloads itself after `refresh_seconds` when that
+/// is not 0.
 pub fn message(
     status: StatusCode,
-    title: &str,
-    text: &str,
+    msg: Msg,
+    chosen: Chosen,
     refresh_seconds: u64,
 ) -> Response<Body> {
     let mut resp = html(
         status,
-        queue_page::render_message(&Message {
-            title,
-            text,
-            refresh_seconds,
-        }),
+        queue_page::render_message(msg, chosen.lang, refresh_seconds),
     );
+    language(&mut resp, chosen);
     if refresh_seconds > 0 {
         retry_after(&mut resp, refresh_seconds);
     }
     resp
 }
 
+/// Names a page's language, and says the answer depends on
+/// `Accept-Language` when that chose it.
+pub fn language(resp: &mut Response<Body>, chosen: Chosen) {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_LANGUAGE,
+        HeaderValue::from_static(chosen.lang.code()),
+    );
+    if chosen.negotiated {
+        h.append(header::VARY, HeaderValue::from_static("accept-language"));
+    }
+}
+
 /// 404 for what the daemon does not serve.
-pub fn not_found() -> Response<Body> {
-    message(
-        StatusCode::NOT_FOUND,
-        "Not found",
-        "There is nothing here.",
-        0,
-    )
+pub fn not_found(chosen: Chosen) -> Response<Body> {
+    message(StatusCode::NOT_FOUND, Msg::NotFound, chosen, 0)
 }
 
 /// 400 for a request that cannot be handled safely. The reason is one of a
 /// few fixed sentences, never the request's own bytes.
-pub fn bad_request(reason: &str) -> Response<Body> {
-    let mut resp = message(StatusCode::BAD_REQUEST, "Bad request", reason, 0);
+pub fn bad_request(reason: Msg, chosen: Chosen) -> Response<Body> {
+    let mut resp = message(StatusCode::BAD_REQUEST, reason, chosen, 0);
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp

@@ -127,6 +127,36 @@ async fn reloading_and_a_second_tab_keep_one_place() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_german_browser_gets_the_page_and_its_updates_in_german() {
+    let h = small_room().await;
+    let _a = admit(&h).await;
+    let browser = Browser::start(Options {
+        accept_language: Some("de-DE,de"),
+        ..Options::default()
+    })
+    .await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(browser.eval("document.documentElement.lang").await, "de");
+    let eta = browser.text_of("wr-eta").await;
+    assert!(eta.contains("Minute"), "served in German: {eta}");
+    // Blank the estimate: the next poll's script writes it again, in German.
+    browser
+        .eval("(document.getElementById('wr-eta').textContent = '-')")
+        .await;
+    browser
+        .wait_until(
+            "document.getElementById('wr-eta').textContent !== '-'",
+            WAIT,
+        )
+        .await;
+    let eta = browser.text_of("wr-eta").await;
+    assert!(
+        eta.starts_with("etwa ") || eta == "weniger als eine Minute",
+        "written by the script in German: {eta}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_javascript_the_page_refreshes_itself_and_admits() {
     let h = small_room().await;
     let (_a, a) = admit(&h).await;

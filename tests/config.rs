@@ -143,6 +143,7 @@ fn example_config_loads_with_documented_values() {
     assert!(r.bypass_ips.is_empty());
     assert!(r.bypass_header.is_none());
     assert_eq!(r.state, RoomState::Open);
+    assert_eq!(r.language, waitroom::config::Language::Auto);
 
     assert_eq!(r.events.len(), 1);
     let e = &r.events[0].spec;
@@ -200,6 +201,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "bypass_header",
         "value_env",
         "state",
+        "language",
         "prequeue_start",
         "start",
         "end",
@@ -309,6 +311,10 @@ const BAD: &[(&str, &str)] = &[
     (
         "bad_keys_env_name",
         "cookie.keys_env (line 3, column 12): \"COOKIE-KEYS\" is not an environment variable name (letters, digits and _, not starting with a digit)",
+    ),
+    (
+        "bad_language",
+        "room[0].language (line 10, column 12): \"pt-BR\" is not \"auto\" or one of the languages shipped: en, zh, de, es, fr, ja, pt, ru",
     ),
     (
         "bad_listen",
@@ -472,7 +478,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `proof_of_work`, `state`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `proof_of_work`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",
@@ -692,6 +698,7 @@ fn absent_keys_take_their_defaults() {
     assert!(r.bypass_paths.is_empty() && r.bypass_ips.is_empty());
     assert!(r.bypass_header.is_none());
     assert_eq!(r.state, RoomState::Open);
+    assert_eq!(r.language, waitroom::config::Language::Auto);
     assert!(r.events.is_empty());
 }
 
@@ -808,6 +815,25 @@ fn redis_urls_single_and_cluster() {
         }
     );
     assert_eq!(c.store.fail_mode, FailMode::Local);
+}
+
+#[test]
+fn room_language_is_auto_or_a_shipped_code() {
+    use waitroom::config::{Lang, Language};
+    for (written, expected) in [
+        ("auto", Language::Auto),
+        ("ja", Language::Fixed(Lang::Ja)),
+        ("RU", Language::Fixed(Lang::Ru)),
+    ] {
+        let src = with_room_keys(&format!("language = {written:?}"));
+        let c = from_toml_str_with_env(&src, &fixture_env).unwrap();
+        assert_eq!(c.rooms[0].language, expected, "{written}");
+    }
+    let e = err(&with_room_keys("language = \"klingon\""), &fixture_env);
+    assert!(
+        e.starts_with("room[0].language (line 10, column 12): \"klingon\" is not"),
+        "{e}"
+    );
 }
 
 #[test]

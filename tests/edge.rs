@@ -187,9 +187,9 @@ async fn the_proof_cookie_never_reaches_the_origin() {
     })
     .await;
     let _first = fill(&h).await;
-    let json: serde_json::Value = h
-        .bare()
-        .get(h.url("/__waitroom/status?room=shop"))
+    // The room's page, as an app asks for it: the room is full, so a challenge.
+    let json: serde_json::Value = from(&h.bare(), &h.url("/"), "192.0.2.21")
+        .header("accept", "application/json")
         .send()
         .await
         .unwrap()

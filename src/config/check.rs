@@ -18,6 +18,7 @@ use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
     ServerConfig, StoreConfig, Unmatched,
 };
+use crate::i18n::{Lang, Language};
 use crate::store::{EventSpec, Settings};
 use crate::store::{QueueingMethod, RoomState};
 
@@ -603,6 +604,19 @@ impl Checker<'_, '_> {
         let bypass_header = raw
             .bypass_header
             .and_then(|h| self.bypass_header(&p.key("bypass_header"), h));
+        let language = raw.language.map_or(Language::Auto, |code| {
+            Language::parse(code.trim()).unwrap_or_else(|| {
+                let codes: Vec<&str> = Lang::ALL.iter().map(|l| l.code()).collect();
+                self.fail(
+                    &p.key("language"),
+                    format!(
+                        "{code:?} is not \"auto\" or one of the languages shipped: {}",
+                        codes.join(", ")
+                    ),
+                );
+                Language::Auto
+            })
+        });
         let events = self.events(p, raw.event);
         RoomConfig {
             id: raw.id,
@@ -626,6 +640,7 @@ impl Checker<'_, '_> {
             case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
             proof_of_work,
             state: raw.state.unwrap_or(RoomState::Open),
+            language,
             events,
         }
     }

@@ -20,6 +20,7 @@ use ipnet::IpNet;
 
 use crate::store::{QueueingMethod, RoomPolicy, RoomState};
 
+pub use crate::i18n::{Lang, Language};
 pub use crate::secret::{Secret, Secret32};
 pub(crate) use check::check_id;
 pub use load::{
@@ -189,6 +190,8 @@ pub struct RoomConfig {
     pub proof_of_work: u8,
     /// Initial room state.
     pub state: RoomState,
+    /// The language of the room's pages: from `Accept-Language`, or fixed.
+    pub language: Language,
     pub events: Vec<EventConfig>,
 }
 

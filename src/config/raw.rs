@@ -136,6 +136,8 @@ pub(super) struct RawRoom {
     /// Proof-of-work difficulty in leading zero bits (0 = off).
     pub(super) proof_of_work: Option<u64>,
     pub(super) state: Option<RoomState>,
+    /// `"auto"` or a shipped language code.
+    pub(super) language: Option<String>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,
 }

@@ -40,8 +40,9 @@ use crate::body::Body;
 use crate::canonical::Canonical;
 use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode, Unmatched};
+use crate::i18n::Language;
 use crate::proxy::{self, headers, Outbound, Proxy};
-use crate::queue_page::{self, Status, Template, VisitorState};
+use crate::queue_page::{self, Msg, Status, Template, VisitorState};
 use crate::respond::{bad_request, json, not_found, push_cookie, retry_after, text};
 use crate::store::{
     EventSpec, QueuePlace, RoomOverrides, SharedStore, StoreError, Verdict, VisitorId,
@@ -338,7 +339,7 @@ impl Gate {
             Ok(c) => c,
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "request refused");
-                return bad_request(refusal_text(why));
+                return bad_request(refusal_text(why), Language::Auto.choose(req.headers()));
             }
         };
         let peer = conn.peer.ip();
@@ -364,7 +365,7 @@ impl Gate {
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
                 Unmatched::Forward => self.forward(req, &ctx, None, None).await,
-                Unmatched::NotFound => not_found(),
+                Unmatched::NotFound => not_found(Language::Auto.choose(req.headers())),
             };
         };
 
@@ -399,21 +400,26 @@ impl Gate {
                     template,
                     &status,
                     wants_json(&req),
+                    req.headers(),
                     self.status_url(&room),
                     ctx.now,
                     Some(cookie),
                 )
             }
-            Decision::Rejected(reason) => pages::rejected(&room, reason, wants_json(&req)),
-            Decision::SlowDown(wait) => pages::slow_down(&room, wait, wants_json(&req)),
+            Decision::Rejected(reason) => {
+                pages::rejected(&room, reason, wants_json(&req), req.headers())
+            }
+            Decision::SlowDown(wait) => {
+                pages::slow_down(&room, wait, wants_json(&req), req.headers())
+            }
             Decision::TooManyArrivals(wait) => {
-                pages::too_many_arrivals(&room, wait, wants_json(&req))
+                pages::too_many_arrivals(&room, wait, wants_json(&req), req.headers())
             }
             // `ticket` turns an ended place into a new arrival.
-            Decision::Ended => pages::store_unavailable(&room),
+            Decision::Ended => pages::store_unavailable(&room, req.headers()),
             Decision::Challenge(challenge) => {
                 let status = self.challenge_status(&room, &challenge, ctx.now);
-                pages::challenge(&room, &status, &challenge, wants_json(&req))
+                pages::challenge(&room, &status, &challenge, wants_json(&req), req.headers())
             }
         }
     }
@@ -701,7 +707,7 @@ impl Gate {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.
             FailMode::Open | FailMode::Local => self.forward(req, ctx, Some(room), None).await,
-            FailMode::Closed => pages::store_unavailable(room),
+            FailMode::Closed => pages::store_unavailable(room, req.headers()),
         }
     }
 
@@ -724,6 +730,8 @@ impl Gate {
             now_ms: ctx.now,
             worker: ctx.conn.worker,
         };
+        // Kept (not parsed) for the page should the origin fail.
+        let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();
         let started = Instant::now();
         let forwarded = self.proxy.forward(req, &out).await;
         self.telemetry
@@ -733,7 +741,7 @@ impl Gate {
             Ok(forwarded) => forwarded,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
-                return pages::origin_error(&e);
+                return pages::origin_error(&e, room, accept_language.as_ref());
             }
         };
         let Some(room) = room else {
@@ -858,7 +866,7 @@ impl Gate {
         match (req.method(), rest) {
             (&Method::GET, "status") => self.status_endpoint(req, ctx).await,
             (&Method::GET, "health") => text(StatusCode::OK, "ok"),
-            _ => not_found(),
+            _ => not_found(Language::Auto.choose(req.headers())),
         }
     }
 
@@ -993,13 +1001,11 @@ impl Gate {
 }
 
 /// The 400 page's sentence for a request that cannot be made canonical.
-fn refusal_text(why: crate::canonical::Refusal) -> &'static str {
+fn refusal_text(why: crate::canonical::Refusal) -> Msg {
     use crate::canonical::Refusal::*;
     match why {
-        MissingHost | DuplicateHost | BadHost | HostMismatch => {
-            "The request must name exactly one valid host."
-        }
-        _ => "The address of this request cannot be handled.",
+        MissingHost | DuplicateHost | BadHost | HostMismatch => Msg::BadHost,
+        _ => Msg::BadAddress,
     }
 }
 

@@ -1,27 +1,36 @@
 //! What the gate answers when it does not forward: the queue page or its
 //! JSON, the sold-out and too-busy pages, 429s, the fail-closed page and
 //! the origin's failures. Each takes what the phases decided; none reads
-//! the store or the request beyond `wants_json`.
+//! the store, nor the request beyond `wants_json` and, for an HTML page,
+//! `Accept-Language` (the room's `language`; JSON stays language-neutral).
 
 use std::time::Duration;
 
-use http::{Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
+use crate::i18n::{Chosen, Language};
 use crate::proxy::OriginError;
-use crate::queue_page::{QueueView, Status, Template, VisitorState};
-use crate::respond::{html, json, message, push_cookie, retry_after};
+use crate::queue_page::{Msg, QueueView, Status, Template, VisitorState};
+use crate::respond::{html, json, language, message, push_cookie, retry_after};
 use crate::store::RejectReason;
 
 use super::limits::retry_after_secs;
 use super::rooms::Room;
 
+/// The language of a page of this room for a request with these headers.
+fn chosen(room: &Room, headers: &HeaderMap) -> Chosen {
+    room.config.language.choose(headers)
+}
+
 /// The queue page (or, for apps, the status JSON) with the ticket cookie.
+#[allow(clippy::too_many_arguments)]
 pub fn queue(
     room: &Room,
     template: &Template,
     status: &Status,
     wants_json: bool,
+    headers: &HeaderMap,
     status_url: String,
     now_ms: u64,
     cookie: Option<String>,
@@ -30,8 +39,10 @@ pub fn queue(
     let mut resp = if room.config.json_response && wants_json {
         json(code, status, cookie)
     } else {
-        let view = QueueView::new(status, &room.config.name, status_url, now_ms);
+        let chosen = chosen(room, headers);
+        let view = QueueView::new(status, &room.config.name, status_url, now_ms, chosen.lang);
         let mut resp = html(code, template.render(&view));
+        language(&mut resp, chosen);
         if let Some(c) = cookie {
             push_cookie(resp.headers_mut(), c);
         }
@@ -48,19 +59,26 @@ pub fn challenge(
     status: &Status,
     challenge: &super::proof::Challenge,
     wants_json: bool,
+    headers: &HeaderMap,
 ) -> Response<Body> {
     let code = room.config.queue_status_code;
     if room.config.json_response && wants_json {
         return json(code, status, None);
     }
-    html(
-        code,
-        crate::queue_page::render_challenge(&room.config.name, challenge),
-    )
+    let chosen = chosen(room, headers);
+    let page = crate::queue_page::render_challenge(&room.config.name, challenge, chosen.lang);
+    let mut resp = html(code, page);
+    crate::respond::language(&mut resp, chosen);
+    resp
 }
 
 /// What a visitor the room turns away sees (503).
-pub fn rejected(room: &Room, reason: RejectReason, wants_json: bool) -> Response<Body> {
+pub fn rejected(
+    room: &Room,
+    reason: RejectReason,
+    wants_json: bool,
+    headers: &HeaderMap,
+) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
     if wants_json && room.config.json_response {
         let status = Status {
@@ -76,24 +94,17 @@ pub fn rejected(room: &Room, reason: RejectReason, wants_json: bool) -> Response
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }
-    let (title, text, retry) = match reason {
-        RejectReason::Closed => (
-            "Sold out",
-            "This sale is closed. Thank you for your patience.",
-            0,
-        ),
-        RejectReason::QueueFull => (
-            "Too busy right now",
-            "The queue is full at the moment. Please try again a little later.",
-            refresh * 3,
-        ),
-        RejectReason::OverLimit => (
-            "Too busy right now",
-            "We are at capacity. Please try again in a moment.",
-            refresh,
-        ),
+    let (msg, retry) = match reason {
+        RejectReason::Closed => (Msg::Closed, 0),
+        RejectReason::QueueFull => (Msg::QueueFull, refresh * 3),
+        RejectReason::OverLimit => (Msg::OverLimit, refresh),
     };
-    message(StatusCode::SERVICE_UNAVAILABLE, title, text, retry)
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        msg,
+        chosen(room, headers),
+        retry,
+    )
 }
 
 /// The status JSON `state` for a rejection.
@@ -105,33 +116,48 @@ pub fn reject_state(reason: RejectReason) -> VisitorState {
 }
 
 /// 429 for a queued visitor (or its address) polling too often; the place is kept.
-pub fn slow_down(room: &Room, wait: Duration, wants_json: bool) -> Response<Body> {
+pub fn slow_down(
+    room: &Room,
+    wait: Duration,
+    wants_json: bool,
+    headers: &HeaderMap,
+) -> Response<Body> {
     too_many(
         room,
         wait,
         wants_json,
+        headers,
         "too many requests; your place is kept",
-        "You keep your place in the queue. This page tries again by itself in a moment.",
+        Msg::SlowDown,
     )
 }
 
 /// 429 for an address asking for more new tickets than it may.
-pub fn too_many_arrivals(room: &Room, wait: Duration, wants_json: bool) -> Response<Body> {
+pub fn too_many_arrivals(
+    room: &Room,
+    wait: Duration,
+    wants_json: bool,
+    headers: &HeaderMap,
+) -> Response<Body> {
     too_many(
         room,
         wait,
         wants_json,
+        headers,
         "too many new visitors from your network; try again shortly",
-        "Many visitors from your network arrived at once. This page tries again by itself in a moment.",
+        Msg::TooManyArrivals,
     )
 }
 
+/// `short` is the JSON's `error` (machine-facing English, like every JSON
+/// field); the page says `long` in the visitor's language.
 fn too_many(
     room: &Room,
     wait: Duration,
     wants_json: bool,
+    headers: &HeaderMap,
     short: &str,
-    long: &str,
+    long: Msg,
 ) -> Response<Body> {
     let seconds = retry_after_secs(wait);
     if room.config.json_response && wants_json {
@@ -145,40 +171,38 @@ fn too_many(
     }
     message(
         StatusCode::TOO_MANY_REQUESTS,
-        "Please slow down",
         long,
+        chosen(room, headers),
         seconds,
     )
 }
 
 /// `fail_mode = "closed"` while the store is away.
-pub fn store_unavailable(room: &Room) -> Response<Body> {
+pub fn store_unavailable(room: &Room, headers: &HeaderMap) -> Response<Body> {
     message(
         StatusCode::SERVICE_UNAVAILABLE,
-        "Temporarily unavailable",
-        "We cannot check the queue right now. This page will try again shortly.",
+        Msg::StoreUnavailable,
+        chosen(room, headers),
         room.config.refresh_interval.as_secs(),
     )
 }
 
 /// The origin did not answer: 502 or 504 (or 400 when the visitor's own
-/// request body was broken).
-pub fn origin_error(e: &OriginError) -> Response<Body> {
+/// request body was broken). The request went to the origin, so its
+/// `Accept-Language` was kept aside (`None` when there was none); it is
+/// read only now.
+pub fn origin_error(
+    e: &OriginError,
+    room: Option<&Room>,
+    accept_language: Option<&HeaderValue>,
+) -> Response<Body> {
+    let setting = room.map_or(Language::Auto, |r| r.config.language);
+    let chosen = setting.choose_from(accept_language);
     match e.status() {
-        StatusCode::GATEWAY_TIMEOUT => message(
-            StatusCode::GATEWAY_TIMEOUT,
-            "The site is slow to answer",
-            "The site did not answer in time. Please try again in a moment.",
-            0,
-        ),
-        StatusCode::BAD_REQUEST => crate::respond::bad_request(
-            "The request could not be read (its body was malformed or cut short).",
-        ),
-        status => message(
-            status,
-            "The site is unavailable",
-            "The site could not be reached. Please try again in a moment.",
-            0,
-        ),
+        StatusCode::GATEWAY_TIMEOUT => {
+            message(StatusCode::GATEWAY_TIMEOUT, Msg::OriginTimeout, chosen, 0)
+        }
+        StatusCode::BAD_REQUEST => crate::respond::bad_request(Msg::BadBody, chosen),
+        status => message(status, Msg::OriginDown, chosen, 0),
     }
 }

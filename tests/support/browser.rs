@@ -37,6 +37,8 @@ pub struct Options {
     pub javascript: bool,
     pub width: u32,
     pub height: u32,
+    /// The browser's language list (its `Accept-Language`); `None`: Chromium's default.
+    pub accept_language: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -45,6 +47,7 @@ impl Default for Options {
             javascript: true,
             width: 1280,
             height: 800,
+            accept_language: None,
         }
     }
 }
@@ -86,9 +89,18 @@ impl Browser {
                 "deviceMetrics": {"width": opts.width, "height": opts.height, "pixelRatio": 2.0, "mobile": true, "touch": true}
             });
         }
+        let mut prefs = serde_json::Map::new();
         if !opts.javascript {
-            chrome["prefs"] =
-                serde_json::json!({"profile.managed_default_content_settings.javascript": 2});
+            prefs.insert(
+                "profile.managed_default_content_settings.javascript".into(),
+                2.into(),
+            );
+        }
+        if let Some(languages) = opts.accept_language {
+            prefs.insert("intl.accept_languages".into(), languages.into());
+        }
+        if !prefs.is_empty() {
+            chrome["prefs"] = prefs.into();
         }
         let mut caps = serde_json::Map::new();
         caps.insert("goog:chromeOptions".into(), chrome);

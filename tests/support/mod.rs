@@ -87,6 +87,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         case_insensitive_paths: false,
         proof_of_work: 0,
         state: RoomState::Open,
+        language: Language::Auto,
         events: vec![],
     }
 }
