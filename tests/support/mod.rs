@@ -58,6 +58,7 @@ pub fn config(origin: SocketAddr) -> Config {
             connect_timeout: Duration::from_secs(2),
         },
         rooms: vec![room("shop", "/")],
+        region: None,
     }
 }
 
