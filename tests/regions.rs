@@ -311,7 +311,11 @@ async fn a_region_cut_off_keeps_its_grant_and_recovers() {
         }
     }
     assert!(rig.total_active(&room, now).await <= room.total_active_users);
-    assert_eq!(rig.grant(0, &room, now).await, grant0, "no raise while cut off");
+    assert_eq!(
+        rig.grant(0, &room, now).await,
+        grant0,
+        "no raise while cut off"
+    );
 
     // Back: the sync succeeds, the region is no longer degraded, and
     // sessions that end free slots again.
@@ -330,8 +334,12 @@ async fn queued_visitors_go_in_by_arrival_time_across_regions() {
     let mut now = T0;
     rig.sync_twice(&room, now).await;
     let (x, y) = (vid(0, 1), vid(1, 1));
-    assert!(admitted(&rig.regions[0].store.arrive(&room, x, now).await.unwrap()));
-    assert!(admitted(&rig.regions[1].store.arrive(&room, y, now).await.unwrap()));
+    assert!(admitted(
+        &rig.regions[0].store.arrive(&room, x, now).await.unwrap()
+    ));
+    assert!(admitted(
+        &rig.regions[1].store.arrive(&room, y, now).await.unwrap()
+    ));
     // The room is full: a1 queues in r0, then b1 in r1.
     now += 10;
     let a1 = vid(0, 2);
@@ -350,9 +358,17 @@ async fn queued_visitors_go_in_by_arrival_time_across_regions() {
     rig.sync(0, &room, now).await;
     rig.sync(1, &room, now).await;
     rig.sync(0, &room, now).await;
-    let vb = rig.regions[1].store.poll(&room, b1, pb.seq, now).await.unwrap();
+    let vb = rig.regions[1]
+        .store
+        .poll(&room, b1, pb.seq, now)
+        .await
+        .unwrap();
     assert!(matches!(vb, Verdict::Queued(_)), "b1 jumped a1: {vb:?}");
-    let va = rig.regions[0].store.poll(&room, a1, pa.seq, now).await.unwrap();
+    let va = rig.regions[0]
+        .store
+        .poll(&room, a1, pa.seq, now)
+        .await
+        .unwrap();
     assert!(admitted(&va), "a1 should be in: {va:?}");
     // Once nobody older waits elsewhere, b1 goes in when a slot frees.
     assert!(rig.regions[0].store.release(&room, x, now).await.unwrap());
@@ -360,7 +376,11 @@ async fn queued_visitors_go_in_by_arrival_time_across_regions() {
     for i in [0, 1, 0, 1] {
         rig.sync(i, &room, now).await;
     }
-    let vb = rig.regions[1].store.poll(&room, b1, pb.seq, now).await.unwrap();
+    let vb = rig.regions[1]
+        .store
+        .poll(&room, b1, pb.seq, now)
+        .await
+        .unwrap();
     assert!(admitted(&vb), "b1 should be in now: {vb:?}");
     assert!(rig.total_active(&room, now).await <= 2);
 }
@@ -372,7 +392,11 @@ async fn a_newcomer_does_not_jump_another_regions_queue() {
     let mut now = T0;
     rig.sync_twice(&room, now).await;
     for i in 0..2 {
-        let v = rig.regions[i].store.arrive(&room, vid(i, 1), now).await.unwrap();
+        let v = rig.regions[i]
+            .store
+            .arrive(&room, vid(i, 1), now)
+            .await
+            .unwrap();
         assert!(admitted(&v));
     }
     now += 10;
@@ -382,11 +406,19 @@ async fn a_newcomer_does_not_jump_another_regions_queue() {
         Verdict::Queued(_)
     ));
     // r1's visitor leaves; r1 learns that r0 has an older waiter.
-    assert!(rig.regions[1].store.release(&room, vid(1, 1), now).await.unwrap());
+    assert!(rig.regions[1]
+        .store
+        .release(&room, vid(1, 1), now)
+        .await
+        .unwrap());
     rig.sync(0, &room, now).await;
     rig.sync(1, &room, now).await;
     now += 10;
-    let v = rig.regions[1].store.arrive(&room, vid(1, 3), now).await.unwrap();
+    let v = rig.regions[1]
+        .store
+        .arrive(&room, vid(1, 3), now)
+        .await
+        .unwrap();
     assert!(
         matches!(v, Verdict::Queued(_)),
         "a newcomer in r1 went ahead of a1: {v:?}"
@@ -399,22 +431,38 @@ async fn grants_move_toward_the_region_with_the_traffic() {
     let room = policy(200, 600_000);
     let mut now = T0;
     rig.sync_twice(&room, now).await;
-    let even = (rig.grant(0, &room, now).await, rig.grant(1, &room, now).await);
-    assert!(even.0.abs_diff(even.1) <= 1, "no traffic yet: even split {even:?}");
+    let even = (
+        rig.grant(0, &room, now).await,
+        rig.grant(1, &room, now).await,
+    );
+    assert!(
+        even.0.abs_diff(even.1) <= 1,
+        "no traffic yet: even split {even:?}"
+    );
     let mut n = 0;
     for _ in 0..5 {
         // r1 gets 9 of every 10 new visitors.
         for k in 0..20 {
             let i = usize::from(k % 10 != 0);
-            rig.regions[i].store.arrive(&room, vid(i, n), now).await.unwrap();
+            rig.regions[i]
+                .store
+                .arrive(&room, vid(i, n), now)
+                .await
+                .unwrap();
             n += 1;
         }
         now += 1_000;
         rig.sync_all(&room, now).await;
     }
     let head = |g: u64, a: u64| g - a;
-    let (g0, g1) = (rig.grant(0, &room, now).await, rig.grant(1, &room, now).await);
-    let (a0, a1) = (rig.active(0, &room, now).await, rig.active(1, &room, now).await);
+    let (g0, g1) = (
+        rig.grant(0, &room, now).await,
+        rig.grant(1, &room, now).await,
+    );
+    let (a0, a1) = (
+        rig.active(0, &room, now).await,
+        rig.active(1, &room, now).await,
+    );
     assert!(
         head(g1, a1) > 4 * head(g0, a0),
         "r1's headroom {} should dwarf r0's {}",

@@ -293,7 +293,10 @@ impl Checker<'_, '_> {
         if check_id(&raw.name).is_err() {
             self.fail(
                 &p.key("name"),
-                format!("{:?} must be 1 to 64 characters of a-z, 0-9, _ and -", raw.name),
+                format!(
+                    "{:?} must be 1 to 64 characters of a-z, 0-9, _ and -",
+                    raw.name
+                ),
             );
         }
         let global_url = match check_redis_url(&raw.global_url, None) {
@@ -311,7 +314,7 @@ impl Checker<'_, '_> {
                 &p.key("name"),
                 r#"region mode needs store.backend = "redis": the instances of a region share store.url as their regional counter"#,
             ),
-            Backend::Redis { urls } if urls.iter().any(|u| *u == global_url) => self.fail(
+            Backend::Redis { urls } if urls.contains(&global_url) => self.fail(
                 &p.key("global_url"),
                 "is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
             ),

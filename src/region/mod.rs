@@ -245,16 +245,15 @@ impl Region {
             .arg(snap.samples_text());
         // Off the request path: a slow global store may take up to an interval.
         let timeout = self.sync_interval.max(self.request_timeout);
-        let reply = self
-            .call(timeout, &inv)
-            .await
-            .and_then(|v| decode_sync(&v));
+        let reply = self.call(timeout, &inv).await.and_then(|v| decode_sync(&v));
         self.outcome(&reply);
         let reply = match reply {
             Ok(r) => r,
             Err(_) => {
                 self.publish_grant(room, snap.grant());
-                return Ok(Synced::Degraded { grant: snap.grant() });
+                return Ok(Synced::Degraded {
+                    grant: snap.grant(),
+                });
             }
         };
         let bound = if reply.bound > 0 {

@@ -437,9 +437,8 @@ impl Inner {
             .await;
         for (w, at) in held {
             let verdict = match &decided {
-                Ok(verdicts) => verdicts[at].ok_or_else(|| {
-                    StoreError::Protocol("arrive: held without asking".into())
-                }),
+                Ok(verdicts) => verdicts[at]
+                    .ok_or_else(|| StoreError::Protocol("arrive: held without asking".into())),
                 Err(e) => Err(e.again()),
             };
             let _ = w.reply.send(verdict);
@@ -869,7 +868,9 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<u64, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.inner.room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
+        let mut inv = self
+            .inner
+            .room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
         inv.arg(event.key.as_str())
             .arg(event.prequeue_seq)
             .arg(event.start_seq)

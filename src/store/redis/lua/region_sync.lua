@@ -189,10 +189,16 @@ local total = 0
 for _, name in ipairs(names) do
     total = total + (regions[name].traffic or 0)
 end
+-- A region holds at most a few intervals of its own arrivals beyond its
+-- share of the queue: slots a quiet region holds are slots a busy one
+-- cannot have until the next sync, while the Anywhere pool serves any.
+local DEMAND_INTERVALS = 4
 if share > 0 then
     for _, name in ipairs(names) do
         if total > 0 then
-            alloc[name] = alloc[name] + math.floor(share * (regions[name].traffic or 0) / total)
+            local traffic = regions[name].traffic or 0
+            local a = math.floor(share * traffic / total)
+            alloc[name] = alloc[name] + math.min(a, math.ceil(DEMAND_INTERVALS * traffic) + 1)
         else
             alloc[name] = alloc[name] + math.floor(share / #names)
         end
