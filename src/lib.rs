@@ -11,6 +11,8 @@
 //! * [`server`]: listeners and lifecycle (`Daemon`, `run`); `worker`: one
 //!   thread per core with its own listener, connections and origin pool;
 //!   `conn`: connection caps and the first-byte timeout.
+//! * [`region`]: region mode: the global store's client, the per-region
+//!   sync of grants and the Anywhere pool (SPEC §8 "Regions").
 //! * [`admin`]: the operator's API and dashboard on the admin listener.
 //! * [`gate`]: the request path, phase by phase (canonical, route, bypass,
 //!   ticket, respond): rooms, the store guard, tickets, pages, limits, ETA.
@@ -42,6 +44,7 @@ pub mod gate;
 pub mod i18n;
 pub mod proxy;
 pub mod queue_page;
+pub mod region;
 pub mod respond;
 pub mod secret;
 pub mod server;

@@ -210,6 +210,8 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "max_networks_per_session",
         "sign_key_env",
         "proof_of_work",
+        "global_url",
+        "sync_interval",
     ] {
         let written = example
             .lines()
@@ -486,7 +488,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_top_level_key",
-        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `origin`, `room`",
+        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `origin`, `room`, `region`",
     ),
     (
         "url_with_memory_backend",
@@ -535,6 +537,26 @@ const BAD: &[(&str, &str)] = &[
     (
         "zero_store_timeout",
         "store.timeout (line 3, column 11): must be longer than 0, got \"0ms\"",
+    ),
+    (
+        "region_bad_name",
+        "region.name (line 7, column 8): \"EU West\" must be 1 to 64 characters of a-z, 0-9, _ and -",
+    ),
+    (
+        "region_bad_global_url",
+        "region.global_url (line 8, column 14): \"http://10.0.0.9:6379/\" must start with redis:// or rediss://",
+    ),
+    (
+        "region_zero_sync_interval",
+        "region.sync_interval (line 9, column 17): must be at least 100ms, got \"0s\"",
+    ),
+    (
+        "region_with_memory_backend",
+        "region.name (line 3, column 8): region mode needs store.backend = \"redis\": the instances of a region share store.url as their regional counter",
+    ),
+    (
+        "region_global_is_store",
+        "region.global_url (line 8, column 14): is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
     ),
     (
         "zero_total_active_users",

@@ -15,8 +15,8 @@ use super::keypath::{location, span_of, KeyPath};
 use super::load::{LoadOptions, Problem};
 use super::raw::*;
 use super::{
-    Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RoomConfig, Secret,
-    ServerConfig, StoreConfig, Unmatched,
+    Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RegionConfig, RoomConfig,
+    Secret, ServerConfig, StoreConfig, Unmatched,
 };
 use crate::i18n::{Lang, Language};
 use crate::store::{EventSpec, Settings};
@@ -48,6 +48,9 @@ mod defaults {
     pub const IP_ARRIVALS_PER_SECOND: u32 = 20;
     pub const IP_ARRIVAL_BURST: u32 = 200;
     pub const MAX_NETWORKS_PER_SESSION: u64 = 4;
+    pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+    pub const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+    pub const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(60);
 }
 
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
@@ -91,12 +94,14 @@ impl Checker<'_, '_> {
         let cookie = self.cookie(raw.cookie, options);
         let origin = self.origin(raw.origin);
         let rooms = self.rooms(raw.room, &server.reserved_prefix);
+        let region = raw.region.map(|r| self.region(r, &store));
         Config {
             server,
             store,
             cookie,
             origin,
             rooms,
+            region,
         }
     }
 
@@ -287,6 +292,62 @@ impl Checker<'_, '_> {
             timeout,
             fail_mode,
             instances: instances.max(1),
+        }
+    }
+
+    fn region(&mut self, raw: RawRegion, store: &StoreConfig) -> RegionConfig {
+        let p = root().key("region");
+        if check_id(&raw.name).is_err() {
+            self.fail(
+                &p.key("name"),
+                format!(
+                    "{:?} must be 1 to 64 characters of a-z, 0-9, _ and -",
+                    raw.name
+                ),
+            );
+        }
+        let global_url = match check_redis_url(&raw.global_url, None) {
+            Ok(url) => url,
+            Err(why) => {
+                self.fail(
+                    &p.key("global_url"),
+                    format!("{} {why}", redact_url(&raw.global_url)),
+                );
+                String::new()
+            }
+        };
+        match &store.backend {
+            Backend::Memory => self.fail(
+                &p.key("name"),
+                r#"region mode needs store.backend = "redis": the instances of a region share store.url as their regional counter"#,
+            ),
+            Backend::Redis { urls } if urls.contains(&global_url) => self.fail(
+                &p.key("global_url"),
+                "is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
+            ),
+            Backend::Redis { .. } => {}
+        }
+        let interval_text = raw.sync_interval.as_ref().map(|d| d.text.clone());
+        let sync_interval = self.duration(
+            &p.key("sync_interval"),
+            raw.sync_interval,
+            defaults::SYNC_INTERVAL,
+            defaults::MIN_SYNC_INTERVAL,
+        );
+        if sync_interval > defaults::MAX_SYNC_INTERVAL {
+            self.fail(
+                &p.key("sync_interval"),
+                format!(
+                    "must be at most {}, got {:?}",
+                    humantime::format_duration(defaults::MAX_SYNC_INTERVAL),
+                    interval_text.unwrap_or_default()
+                ),
+            );
+        }
+        RegionConfig {
+            name: raw.name,
+            global_url,
+            sync_interval: sync_interval.min(defaults::MAX_SYNC_INTERVAL),
         }
     }
 

@@ -36,6 +36,22 @@ pub struct Config {
     pub cookie: CookieConfig,
     pub origin: OriginConfig,
     pub rooms: Vec<RoomConfig>,
+    /// `[region]`: regional counters and a global store (SPEC §8
+    /// "Regions"); `None`: every decision on the one store (central mode).
+    pub region: Option<RegionConfig>,
+}
+
+/// `[region]`: this instance's region and the global store.
+#[derive(Clone, Debug)]
+pub struct RegionConfig {
+    /// The region's name (a-z, 0-9, _ and -): the instances of a region
+    /// share `store.url`, their regional counter.
+    pub name: String,
+    /// The global Redis (one URL) that holds the rooms' totals, each
+    /// region's grant and report, and the Anywhere pool.
+    pub global_url: String,
+    /// How often the region reports to the global store and receives its grant.
+    pub sync_interval: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -22,6 +22,19 @@ pub(super) struct RawConfig {
     pub(super) origin: RawOrigin,
     #[serde(default)]
     pub(super) room: Vec<RawRoom>,
+    /// Region mode (SPEC §8 "Regions"); absent: the central mode.
+    pub(super) region: Option<RawRegion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegion {
+    /// This instance's region (its instances share `store.url`).
+    pub(super) name: String,
+    /// The global Redis every region shares.
+    pub(super) global_url: String,
+    /// How often a region reports to the global store and receives its grant.
+    pub(super) sync_interval: Option<RawDuration>,
 }
 
 #[derive(Default, Deserialize)]

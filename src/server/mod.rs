@@ -96,9 +96,14 @@ impl Daemon {
         }
         let clock = deps.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let telemetry = Arc::new(Telemetry::default());
+        let mut region = None;
         let store = match deps.store {
             Some(s) => s,
-            None => open_store(config).await?,
+            None => {
+                let (store, r) = open_store(config, &telemetry).await?;
+                region = r;
+                store
+            }
         };
         let gates: SharedGate = Arc::new(ArcSwap::from_pointee(Gate::new(
             config,
@@ -152,7 +157,7 @@ impl Daemon {
             let admin = admin.clone();
             async move { admin.handle(req, peer).await }
         };
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(serve(
                 admin_listener,
                 admin_service,
@@ -160,8 +165,11 @@ impl Daemon {
                 admin_caps,
                 stopped.clone(),
             )),
-            tokio::spawn(refresh_rooms(gates.clone(), stopped)),
+            tokio::spawn(refresh_rooms(gates.clone(), stopped.clone())),
         ];
+        if let Some((region, redis)) = region {
+            tasks.push(tokio::spawn(region.run(redis, gates.clone(), stopped)));
+        }
         let rooms = gates.load().rooms.all().len();
         let threads = config.server.workers();
         tracing::info!(%addr, %admin_addr, rooms, workers = threads, "waitroom listening");
@@ -273,13 +281,32 @@ pub async fn run(
     Ok(())
 }
 
-async fn open_store(config: &Config) -> Result<SharedStore, StartError> {
+/// Region mode's sync task, to start once the gate exists.
+type RegionTask = (Arc<crate::region::Region>, crate::store::redis::RedisStore);
+
+async fn open_store(
+    config: &Config,
+    telemetry: &Arc<Telemetry>,
+) -> Result<(SharedStore, Option<RegionTask>), StartError> {
     match &config.store.backend {
-        Backend::Memory => Ok(Arc::new(MemoryStore::new())),
+        Backend::Memory => Ok((Arc::new(MemoryStore::new()), None)),
         Backend::Redis { urls } => {
             let store =
                 crate::store::redis::RedisStore::connect(urls, config.store.timeout).await?;
-            Ok(Arc::new(store))
+            let region = match &config.region {
+                None => None,
+                Some(r) => {
+                    let region = Arc::new(crate::region::Region::new(
+                        r,
+                        config.store.timeout,
+                        Some(telemetry.clone()),
+                    )?);
+                    store.set_region(region.clone());
+                    tracing::info!(region = %r.name, "region mode: deciding against the region's grants");
+                    Some((region, store.clone()))
+                }
+            };
+            Ok((Arc::new(store), region))
         }
     }
 }

@@ -50,6 +50,8 @@ fn wait_histogram() -> Histogram {
 /// reloads keep it), so counters never reset while it runs.
 pub struct Metrics {
     registry: Registry,
+    /// Region mode (`crate::region`); unused in the central mode.
+    pub region: RegionMetrics,
     active: Family<RoomLabel, Gauge>,
     queued: Family<RoomLabel, Gauge>,
     limit: Family<RoomLabel, Gauge>,
@@ -113,6 +115,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("waitroom");
         let m = Self {
+            region: RegionMetrics::default(),
             active: Family::default(),
             queued: Family::default(),
             limit: Family::default(),
@@ -183,6 +186,7 @@ impl Metrics {
             "Time to the origin's response headers",
             m.origin_latency.clone(),
         );
+        m.region.register(&mut registry);
         m.store_up.set(1);
         let by_class = ["1xx", "2xx", "3xx", "4xx", "5xx"]
             .map(|class| m.proxy_responses.get_or_create_owned(&ClassLabel { class }));
@@ -302,5 +306,64 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Region mode's metrics (`crate::region`), updated by the background sync
+/// and the Anywhere path.
+#[derive(Default)]
+pub struct RegionMetrics {
+    grant: Family<RoomLabel, Gauge>,
+    anywhere: Family<RoomLabel, Counter>,
+    sync_failures: Counter,
+    degraded: Gauge,
+}
+
+impl RegionMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "region_grant",
+            "Sessions this region may hold at once (its grant from the global store)",
+            self.grant.clone(),
+        );
+        registry.register(
+            "region_anywhere_slots",
+            "Slots this region took from the global Anywhere pool for new visitors",
+            self.anywhere.clone(),
+        );
+        registry.register(
+            "region_sync_failures",
+            "Calls to the global store that failed or timed out",
+            self.sync_failures.clone(),
+        );
+        registry.register(
+            "region_degraded",
+            "1 while the global store is unreachable (the region decides within its grant)",
+            self.degraded.clone(),
+        );
+    }
+
+    pub fn set_grant(&self, room: &str, grant: u64) {
+        self.grant
+            .get_or_create(&RoomLabel {
+                room: room.to_owned(),
+            })
+            .set(grant.min(i64::MAX as u64) as i64);
+    }
+
+    pub fn anywhere(&self, room: &str, slots: u64) {
+        self.anywhere
+            .get_or_create(&RoomLabel {
+                room: room.to_owned(),
+            })
+            .inc_by(slots);
+    }
+
+    pub fn sync_failed(&self) {
+        self.sync_failures.inc();
+    }
+
+    pub fn set_degraded(&self, degraded: bool) {
+        self.degraded.set(i64::from(degraded));
     }
 }

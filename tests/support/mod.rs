@@ -61,6 +61,7 @@ pub fn config(origin: SocketAddr) -> Config {
             sign_key: None,
         },
         rooms: vec![room("shop", "/")],
+        region: None,
     }
 }
 

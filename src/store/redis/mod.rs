@@ -18,6 +18,7 @@
 
 mod arrivals;
 pub mod frontier;
+pub mod region;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -64,6 +65,8 @@ struct Scripts {
     overrides: Script,
     set_overrides: Script,
     note: Script,
+    region_begin: Script,
+    region_apply: Script,
 }
 
 impl Scripts {
@@ -81,6 +84,8 @@ impl Scripts {
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
             note: Script::new(include_str!("lua/note.lua")),
+            region_begin: Script::new(room_script!("lua/region_begin.lua")),
+            region_apply: Script::new(room_script!("lua/region_apply.lua")),
         }
     }
 }
@@ -115,6 +120,8 @@ struct Inner {
     frontiers: Frontiers,
     /// Shortest queue worth describing (`frontier::MIN_QUEUE`; tests lower it).
     frontier_min_queue: AtomicU64,
+    /// Region mode (`region`): set once, before the first visitor.
+    region: std::sync::OnceLock<Arc<dyn region::Anywhere>>,
 }
 
 /// The offset is not known yet: scripts then run without a deadline.
@@ -200,6 +207,7 @@ impl RedisStore {
                 arrivals: Arrivals::default(),
                 frontiers: Frontiers::default(),
                 frontier_min_queue: AtomicU64::new(frontier::MIN_QUEUE),
+                region: std::sync::OnceLock::new(),
             }),
         };
         if let Err(e) = store.sync_clock().await {
@@ -284,6 +292,7 @@ impl Inner {
     /// A room script invocation with the policy, `now` and a deadline as
     /// its leading ARGV (see `lua/prelude.lua`).
     fn room_call<'a>(
+        &self,
         script: &'a Script,
         keys: &RoomKeys,
         room: &RoomPolicy,
@@ -294,9 +303,14 @@ impl Inner {
         for key in &keys.0 {
             inv.key(key.as_str());
         }
-        inv.arg(now_ms)
-            .arg(room.total_active_users)
-            .arg(room.new_users_per_minute)
+        inv.arg(now_ms);
+        if self.regional(room) {
+            // The region's grant, kept in the regional store (`region`).
+            inv.arg("grant");
+        } else {
+            inv.arg(room.total_active_users);
+        }
+        inv.arg(room.new_users_per_minute)
             .arg(room.session_duration_ms)
             .arg(u8::from(room.session_renewal))
             .arg(method_name(room.method))
@@ -309,8 +323,14 @@ impl Inner {
         inv
     }
 
+    /// Whether `room` is decided against a regional grant (region mode and
+    /// a capacity limit; an unlimited room needs no grant).
+    fn regional(&self, room: &RoomPolicy) -> bool {
+        room.total_active_users > 0 && self.region.get().is_some()
+    }
+
     /// Decides batches of a room's arrivals until none are left waiting.
-    async fn drain_arrivals(&self, pending: Arc<std::sync::Mutex<arrivals::Pending>>) {
+    async fn drain_arrivals(self: Arc<Self>, pending: Arc<std::sync::Mutex<arrivals::Pending>>) {
         while let Some(batch) = arrivals::next_batch(&pending) {
             let now = batch.iter().map(|w| w.now).max().unwrap_or(0);
             // The call must not land after any of its callers gave up.
@@ -320,28 +340,54 @@ impl Inner {
                 .filter(|d| *d > 0)
                 .min()
                 .unwrap_or(0);
-            let policy = &batch[0].policy;
-            let keys = RoomKeys::new(&policy.room);
-            let mut inv = Self::room_call(&self.scripts.arrive, &keys, policy, now, deadline);
+            let policy = batch[0].policy.clone();
             // Each visitor once per call (the script relies on it); a repeat
             // gets the first one's decision.
             let mut first_of: HashMap<VisitorId, usize> = HashMap::with_capacity(batch.len());
-            let mut sent = 0;
+            let mut visitors = Vec::with_capacity(batch.len());
             let slots: Vec<usize> = batch
                 .iter()
                 .map(|w| {
                     *first_of.entry(w.visitor).or_insert_with(|| {
-                        inv.arg(w.visitor.to_hex());
-                        sent += 1;
-                        sent - 1
+                        visitors.push(w.visitor);
+                        visitors.len() - 1
                     })
                 })
                 .collect();
-            let decided = self.run(&inv).await.and_then(|v| decode_verdicts(&v, sent));
+            // Region mode: whoever finds the region's slots used up is held
+            // back to try the Anywhere pool (`region`).
+            let hold = self.regional(&policy) && policy.method != QueueingMethod::Passthrough;
+            let decided = self
+                .decide_arrivals(&policy, now, deadline, &visitors, hold)
+                .await;
             match decided {
                 Ok(verdicts) => {
+                    let mut held: Vec<(Waiter, usize)> = Vec::new();
+                    let mut held_slot: HashMap<usize, usize> = HashMap::new();
+                    let mut held_visitors = Vec::new();
                     for (w, slot) in batch.into_iter().zip(slots) {
-                        let _ = w.reply.send(Ok(verdicts[slot]));
+                        match verdicts[slot] {
+                            Some(v) => {
+                                let _ = w.reply.send(Ok(v));
+                            }
+                            None => {
+                                let at = *held_slot.entry(slot).or_insert_with(|| {
+                                    held_visitors.push(visitors[slot]);
+                                    held_visitors.len() - 1
+                                });
+                                held.push((w, at));
+                            }
+                        }
+                    }
+                    if !held.is_empty() {
+                        // Off this drain: the global round trip must not hold
+                        // up the region's next batch.
+                        let inner = Arc::clone(&self);
+                        tokio::spawn(async move {
+                            inner
+                                .arrive_anywhere(policy, now, deadline, held_visitors, held)
+                                .await
+                        });
                     }
                 }
                 Err(e) => {
@@ -353,11 +399,64 @@ impl Inner {
         }
     }
 
+    /// One `arrive_many` call: a verdict per visitor, `None` for one held
+    /// back (only with `hold`).
+    async fn decide_arrivals(
+        &self,
+        policy: &RoomPolicy,
+        now: Millis,
+        deadline: i64,
+        visitors: &[VisitorId],
+        hold: bool,
+    ) -> Result<Vec<Option<Verdict>>, StoreError> {
+        let keys = RoomKeys::new(&policy.room);
+        let mut inv = self.room_call(&self.scripts.arrive, &keys, policy, now, deadline);
+        if hold {
+            inv.arg("hold");
+        }
+        for v in visitors {
+            inv.arg(v.to_hex());
+        }
+        let reply = self.run(&inv).await?;
+        decode_verdicts(&reply, visitors.len())
+    }
+
+    /// New visitors who found the region's slots used up: ask the global
+    /// store for Anywhere slots (one cross-region round trip), then decide
+    /// them again on the regional store: admitted within the raised grant,
+    /// else queued.
+    async fn arrive_anywhere(
+        self: Arc<Self>,
+        policy: RoomPolicy,
+        now: Millis,
+        deadline: i64,
+        visitors: Vec<VisitorId>,
+        held: Vec<(Waiter, usize)>,
+    ) {
+        if let Some(hook) = self.region.get().cloned() {
+            let store = RedisStore {
+                inner: Arc::clone(&self),
+            };
+            hook.take(&store, &policy, visitors.len() as u64, now).await;
+        }
+        let decided = self
+            .decide_arrivals(&policy, now, deadline, &visitors, false)
+            .await;
+        for (w, at) in held {
+            let verdict = match &decided {
+                Ok(verdicts) => verdicts[at]
+                    .ok_or_else(|| StoreError::Protocol("arrive: held without asking".into())),
+                Err(e) => Err(e.again()),
+            };
+            let _ = w.reply.send(verdict);
+        }
+    }
+
     /// Asks Redis for a new description of `room`'s queue, writing the
     /// polls answered since the last one, and installs it.
     async fn refresh_frontier(&self, room: &RoomPolicy, now_ms: Millis, seen: Vec<VisitorId>) {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Self::room_call(&self.scripts.frontier, &keys, room, now_ms, 0);
+        let mut inv = self.room_call(&self.scripts.frontier, &keys, room, now_ms, 0);
         inv.key(RoomKeys::overrides(&room.room))
             .arg(frontier::VALID_MS + frontier::SKEW_MS)
             .arg(frontier::PRECISION)
@@ -394,7 +493,7 @@ impl StoreError {
 }
 
 /// Awaits `fut` for at most `timeout`.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     fut: impl std::future::Future<Output = Result<T, RedisError>>,
 ) -> Result<Result<T, StoreError>, StoreError> {
@@ -406,7 +505,7 @@ async fn bounded<T>(
 
 /// Sorts a Redis error into the store's three kinds. Messages name the error
 /// class only: URLs (and any password in them) never reach logs or pages.
-fn map_error(e: &RedisError) -> StoreError {
+pub(crate) fn map_error(e: &RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
     // The script saw its deadline pass before it started (`lua/prelude.lua`).
     if e.is_timeout() || e.code() == Some("DEADLINE") {
@@ -494,8 +593,9 @@ fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
     Ok(out)
 }
 
-/// Decodes a batch's verdicts: four integers each (see `lua/arrive_many.lua`).
-fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Verdict>, StoreError> {
+/// Decodes a batch's verdicts: four integers each (see `lua/arrive_many.lua`);
+/// `None` for a visitor held back for the Anywhere pool.
+fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
     let Value::Array(items) = v else {
         return Err(protocol("verdicts", v));
     };
@@ -521,9 +621,10 @@ fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Verdict>, StoreError> {
                     (Some(3), Some(1), _, _) => Verdict::Rejected(RejectReason::Closed),
                     (Some(3), Some(2), _, _) => Verdict::Rejected(RejectReason::QueueFull),
                     (Some(3), Some(3), _, _) => Verdict::Rejected(RejectReason::OverLimit),
+                    (Some(5), _, _, _) => return Ok(None),
                     _ => return Err(protocol("verdicts", v)),
                 };
-                Ok(verdict)
+                Ok(Some(verdict))
             }
             _ => Err(protocol("verdicts", v)),
         })
@@ -622,7 +723,7 @@ impl Store for RedisStore {
         if lead {
             // Its own task: the batch is decided even if this caller gives up.
             let inner = Arc::clone(&self.inner);
-            tokio::spawn(async move { inner.drain_arrivals(pending).await });
+            tokio::spawn(inner.drain_arrivals(pending));
         }
         verdict
             .await
@@ -654,7 +755,7 @@ impl Store for RedisStore {
             }
         }
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Inner::room_call(
+        let mut inv = inner.room_call(
             &inner.scripts.poll,
             &keys,
             room,
@@ -674,7 +775,7 @@ impl Store for RedisStore {
     ) -> Result<Option<Millis>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Inner::room_call(
+        let mut inv = inner.room_call(
             &inner.scripts.check_in,
             &keys,
             room,
@@ -696,7 +797,7 @@ impl Store for RedisStore {
     ) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Inner::room_call(
+        let mut inv = inner.room_call(
             &inner.scripts.release,
             &keys,
             room,
@@ -718,7 +819,7 @@ impl Store for RedisStore {
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let inv = Inner::room_call(&inner.scripts.stats, &keys, room, now_ms, 0);
+        let inv = inner.room_call(&inner.scripts.stats, &keys, room, now_ms, 0);
         let reply = inner.run(&inv).await?;
         let bad = || protocol("stats", &reply);
         let Value::Array(items) = &reply else {
@@ -774,7 +875,9 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<u64, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = Inner::room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
+        let mut inv = self
+            .inner
+            .room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
         inv.arg(event.key.as_str())
             .arg(event.prequeue_seq)
             .arg(event.start_seq)

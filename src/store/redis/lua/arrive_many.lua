@@ -18,7 +18,7 @@ local admitted_n = 0
 
 local function room_now()
     local free = math.huge
-    if cap > 0 then
+    if capped then
         free = math.min(free, cap - active_n)
     end
     if rate > 0 then
@@ -41,8 +41,19 @@ end
 
 -- Whether each visitor already holds a session or a place: two commands
 -- for the whole call (new visitors, the usual case, hold neither).
+-- Region mode: ARGV[13] = 'hold' asks for visitors who find no room (and
+-- nobody waiting ahead, here or in another region) to be answered {5, 0,
+-- 0, 0} and left undecided, so the caller can try the Anywhere pool first.
+local hold = ARGV[13] == 'hold'
+local first_visitor = 13
+if hold then
+    first_visitor = 14
+end
+local HELD = 5
+-- Newcomers do not jump another region's older waiters either.
+local nobody_ahead = region_bound == nil
 local visitors = {}
-for i = 13, #ARGV do
+for i = first_visitor, #ARGV do
     visitors[#visitors + 1] = ARGV[i]
 end
 local held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(visitors))
@@ -70,13 +81,21 @@ local function decide(i, visitor)
         if room_now() then
             return admit_later(visitor)
         end
+        if hold then
+            return HELD, 0, 0, 0
+        end
         rejected_n = rejected_n + 1
         return REJECTED, R_OVER_LIMIT, 0, 0
     end
     -- Nobody jumps a queue (I3), and nobody queues while there is room (I4).
     -- The explicit emptiness check matters in states that do not promote.
-    if state == 'open' and waiting == 0 and room_now() then
-        return admit_later(visitor)
+    if state == 'open' and waiting == 0 and nobody_ahead then
+        if room_now() then
+            return admit_later(visitor)
+        end
+        if hold and method ~= 'passthrough' then
+            return HELD, 0, 0, 0
+        end
     end
     if max_queue > 0 and waiting >= max_queue then
         rejected_n = rejected_n + 1
@@ -102,12 +121,13 @@ for i = 1, #visitors do
     end
 end
 
-if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue == 0 then
+if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue == 0
+    and nobody_ahead then
     -- The common case, decided in two tight loops: newcomers to an open
     -- FIFO room nobody waits in are admitted while there is room, and the
     -- rest queue in arrival order.
     local free = math.huge
-    if cap > 0 then
+    if capped then
         free = math.min(free, cap - active_n)
     end
     if rate > 0 then
@@ -124,6 +144,13 @@ if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue
     admitted_n = admit_n
     active_n = active_n + admit_n
     window_n = window_n + admit_n
+    if hold then
+        for i = admit_n + 1, n do
+            local at = 4 * (i - 1)
+            out[at + 1], out[at + 2], out[at + 3], out[at + 4] = HELD, 0, 0, 0
+        end
+        n = admit_n
+    end
     for i = admit_n + 1, n do
         local seq = next_seq()
         local visitor = visitors[i]
@@ -156,6 +183,10 @@ if #new_places > 0 then
     redis.call('ZADD', K_QUEUE, unpack(new_places))
     redis.call('HSET', K_POLLS, unpack(new_polls))
     redis.call('HINCRBY', K_META, 'queued', queued_n)
+end
+if region_mode then
+    -- The region's traffic, which its share of the free slots follows.
+    redis.call('HINCRBY', K_META, 'g_arrivals', #visitors)
 end
 if rejected_n > 0 then
     redis.call('HINCRBY', K_META, 'rejected', rejected_n)

@@ -38,6 +38,8 @@ local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES =
 
 local now = tonumber(ARGV[1])
 local cap = tonumber(ARGV[2])
+-- Whether `cap` limits anything (0 = unlimited in the central mode).
+local capped = cap ~= nil and cap > 0
 local rate = tonumber(ARGV[3])
 local session_ms = tonumber(ARGV[4])
 local renewal = ARGV[5] == '1'
@@ -58,6 +60,24 @@ if deadline_us > 0 then
     local t = redis.call('TIME')
     if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
         return redis.error_reply('DEADLINE the caller gave up on this call')
+    end
+end
+
+-- Region mode (src/region, store/redis/region.rs): ARGV[2] is 'grant' and
+-- the cap is the region's grant, kept in meta as two totals that only grow
+-- (g_raised: slots the global store granted, g_lowered: slots the region
+-- gave back), so a grant of 0 admits nobody. `region_bound` is the oldest
+-- waiting seq in the other regions, as of the last sync, until g_bound_until
+-- (nil: none): FIFO promotion stops before it and newcomers do not jump it.
+local region_mode = ARGV[2] == 'grant'
+local region_bound
+if region_mode then
+    local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until')
+    cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
+    capped = true
+    local b, b_until = tonumber(g[3] or '0'), tonumber(g[4] or '0')
+    if b > 0 and b_until > now then
+        region_bound = b
     end
 end
 
@@ -212,7 +232,7 @@ end
 local function free_room()
     counts()
     local free = math.huge
-    if cap > 0 then
+    if capped then
         free = math.min(free, cap - active_n)
     end
     if rate > 0 then
@@ -263,6 +283,12 @@ local function promote()
         local candidates
         if method == 'random' then
             candidates = redis.call('ZRANDMEMBER', K_QUEUE, n)
+        elseif region_bound then
+            -- Visitors who arrived after another region's oldest waiter wait
+            -- for it (I3 across regions). Equal seqs arrived in the same
+            -- millisecond: both regions may go, or neither ever would.
+            candidates = redis.call('ZRANGEBYSCORE', K_QUEUE, '-inf', int(region_bound),
+                'LIMIT', 0, n)
         else
             candidates = redis.call('ZRANGE', K_QUEUE, 0, n - 1)
         end

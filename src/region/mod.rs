@@ -1,0 +1,430 @@
+//! Region mode (SPEC §8 "Regions"): regional counters, a global store and
+//! the Anywhere pool. See `docs/regions.md` for the design and the
+//! argument that capacity (I1) is never exceeded.
+//!
+//! Each region's instances share a regional Redis (`store.url`), where a
+//! room's capacity is the region's *grant* (`store::redis::region`). The
+//! global Redis (`region.global_url`) holds, per room, every region's grant
+//! (as two growing totals, raised and returned) and its last report. This
+//! module is the global half:
+//!
+//! * [`Region::sync_room`], run every `sync_interval` per room by one
+//!   instance of the region (off the request path): report the room's
+//!   active sessions, recent arrivals and oldest waiting visitor; receive
+//!   the new grant (a share of the free slots, following queue backlog
+//!   first and then traffic) and the other regions' oldest waiting visitor
+//!   (the FIFO bound); lower the grant locally first when asked to, and
+//!   report that.
+//! * [`Region`] as [`Anywhere`]: a new visitor who finds the region's slots
+//!   used up asks the global store for a slot of the Anywhere pool (one
+//!   cross-region round trip) before being queued.
+//!
+//! When the global store cannot be reached the region keeps deciding within
+//! the grant it holds (never raising it), says so in the
+//! `waitroom_region_degraded` gauge and one log line per transition, and
+//! resumes at the next successful sync.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use tokio::sync::watch;
+
+use crate::clock::Millis;
+use crate::config::RegionConfig;
+use crate::gate::SharedGate;
+use crate::store::redis::region::{Anywhere, Bound};
+use crate::store::redis::{bounded, map_error, RedisStore};
+use crate::store::{RoomPolicy, StoreError, SEQ_PER_MS};
+use crate::telemetry::Telemetry;
+
+/// Share of the free slots (permille) left in the Anywhere pool at each
+/// sync rather than handed to a region (measured: see docs/regions.md).
+pub const DEFAULT_RESERVE_PERMILLE: u64 = 200;
+
+/// A region that has not reported for this many sync intervals is not
+/// live: its waiting visitors no longer hold others back, and its grant
+/// counts as fully used (it is never taken from it; see docs/regions.md).
+pub const LEASE_INTERVALS: u32 = 3;
+
+/// The global store's key for a room (one hash tag per room, as the
+/// regional keys, so a Cluster can hold the global store too).
+fn regions_key(room: &str) -> String {
+    format!("wrg:{{{room}}}:regions")
+}
+
+/// What the global store answered a sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncReply {
+    /// This region's totals in the global store.
+    pub raised: u64,
+    pub returned: u64,
+    /// The grant the global store wants this region to hold now.
+    pub target: u64,
+    /// The oldest `seq` waiting in another live region (0: none).
+    pub bound: u64,
+    /// Slots no region's grant holds (the Anywhere pool) after this sync.
+    pub free: u64,
+}
+
+/// What one sync of one room did (for tests, the benchmark and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synced {
+    /// Another instance of the region holds the sync turn, or the room has
+    /// no capacity limit.
+    Skipped,
+    /// The global store answered; the grant in force is `grant`.
+    Done { grant: u64, reply: SyncReply },
+    /// The global store did not answer: the region keeps `grant`.
+    Degraded { grant: u64 },
+}
+
+/// One region's link to the global store.
+pub struct Region {
+    name: Arc<str>,
+    client: redis::Client,
+    conn: Mutex<Option<ConnectionManager>>,
+    /// Bound on an Anywhere call (it is on a new visitor's path).
+    request_timeout: Duration,
+    sync_interval: Duration,
+    reserve_permille: u64,
+    sync: Script,
+    anywhere: Script,
+    degraded: AtomicBool,
+    telemetry: Option<Arc<Telemetry>>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("name", &self.name)
+            .field("sync_interval", &self.sync_interval)
+            .finish()
+    }
+}
+
+impl Region {
+    /// A link to the global store; it connects on first use, so a region
+    /// starts (degraded) even when the global store is away.
+    /// `request_timeout` bounds an Anywhere call (use `store.timeout`).
+    pub fn new(
+        config: &RegionConfig,
+        request_timeout: Duration,
+        telemetry: Option<Arc<Telemetry>>,
+    ) -> Result<Self, StoreError> {
+        let client = redis::Client::open(config.global_url.as_str()).map_err(|e| map_error(&e))?;
+        Ok(Self {
+            name: Arc::from(config.name.as_str()),
+            client,
+            conn: Mutex::new(None),
+            request_timeout,
+            sync_interval: config.sync_interval,
+            reserve_permille: DEFAULT_RESERVE_PERMILLE,
+            sync: Script::new(include_str!("../store/redis/lua/region_sync.lua")),
+            anywhere: Script::new(include_str!("../store/redis/lua/region_anywhere.lua")),
+            degraded: AtomicBool::new(false),
+            telemetry,
+        })
+    }
+
+    /// Changes the share of free slots kept in the Anywhere pool (permille;
+    /// the benchmark compares a few).
+    pub fn with_reserve_permille(mut self, permille: u64) -> Self {
+        self.reserve_permille = permille.min(1000);
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the last call to the global store failed.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    fn lease_ms(&self) -> Millis {
+        (self.sync_interval * LEASE_INTERVALS).as_millis() as Millis
+    }
+
+    /// The global connection, made on first use (and again after a failed
+    /// first attempt); once made it reconnects on its own.
+    async fn conn(&self, timeout: Duration) -> Result<ConnectionManager, StoreError> {
+        if let Some(c) = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(c);
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let c = bounded(
+            timeout,
+            ConnectionManager::new_with_config(self.client.clone(), config),
+        )
+        .await??;
+        *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs one global script, bounded by `timeout`.
+    async fn call(
+        &self,
+        timeout: Duration,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        let mut conn = self.conn(timeout).await?;
+        bounded(timeout, inv.invoke_async::<Value>(&mut conn)).await?
+    }
+
+    /// Records the outcome of a global call: the degraded gauge, the
+    /// failure counter and one log line per transition.
+    fn outcome<T>(&self, result: &Result<T, StoreError>) {
+        let failed = result.is_err();
+        let was = self.degraded.swap(failed, Ordering::Relaxed);
+        if let Some(t) = &self.telemetry {
+            if failed {
+                t.metrics.region.sync_failed();
+            }
+            t.metrics.region.set_degraded(failed);
+        }
+        match (was, result) {
+            (false, Err(e)) => tracing::warn!(
+                region = %self.name,
+                error = %e,
+                "global store unreachable: the region decides within the grants it holds"
+            ),
+            (true, Ok(_)) => tracing::info!(
+                region = %self.name,
+                "global store reachable again: grants follow traffic again"
+            ),
+            _ => {}
+        }
+    }
+
+    /// One sync of `room` (see the module docs). `force` takes the sync
+    /// turn even if another instance of the region holds it (tests).
+    pub async fn sync_room(
+        &self,
+        store: &RedisStore,
+        room: &RoomPolicy,
+        now_ms: Millis,
+        force: bool,
+    ) -> Result<Synced, StoreError> {
+        if room.total_active_users == 0 {
+            return Ok(Synced::Skipped);
+        }
+        let interval_ms = self.sync_interval.as_millis() as Millis;
+        // Slightly under an interval, so the next tick (any instance) takes it.
+        let turn_ms = interval_ms.saturating_mul(4) / 5;
+        let Some(snap) = store.region_begin(room, now_ms, turn_ms, force).await? else {
+            return Ok(Synced::Skipped);
+        };
+        let key = regions_key(&room.room);
+        let mut inv = self.sync.prepare_invoke();
+        inv.key(key.as_str())
+            .arg(now_ms)
+            .arg(self.name.as_ref())
+            .arg(room.total_active_users)
+            .arg(self.lease_ms())
+            .arg(self.reserve_permille)
+            .arg(snap.active)
+            .arg(snap.lowered)
+            .arg(snap.queued)
+            .arg(snap.head_seq)
+            .arg(snap.arrivals)
+            .arg(0)
+            .arg(snap.samples_text());
+        // Off the request path: a slow global store may take up to an interval.
+        let timeout = self.sync_interval.max(self.request_timeout);
+        let reply = self.call(timeout, &inv).await.and_then(|v| decode_sync(&v));
+        self.outcome(&reply);
+        let reply = match reply {
+            Ok(r) => r,
+            Err(_) => {
+                self.publish_grant(room, snap.grant());
+                return Ok(Synced::Degraded {
+                    grant: snap.grant(),
+                });
+            }
+        };
+        let bound = if reply.bound > 0 {
+            Bound::Seq {
+                // Everyone who arrived in the frontier's millisecond: the
+                // order within one millisecond across regions is a tie.
+                seq: (reply.bound / SEQ_PER_MS + 1) * SEQ_PER_MS - 1,
+                until_ms: now_ms + self.lease_ms(),
+            }
+        } else {
+            Bound::None
+        };
+        let applied = store
+            .region_apply(
+                room,
+                now_ms,
+                reply.raised,
+                reply.returned,
+                Some(reply.target),
+                bound,
+            )
+            .await?;
+        if applied.given > 0 {
+            // Given back here first; now the global store may hand them out.
+            let mut inv = self.sync.prepare_invoke();
+            inv.key(key.as_str())
+                .arg(now_ms)
+                .arg(self.name.as_ref())
+                .arg(room.total_active_users)
+                .arg(self.lease_ms())
+                .arg(self.reserve_permille)
+                .arg(0)
+                .arg(applied.lowered)
+                .arg(0)
+                .arg(0)
+                .arg(0)
+                .arg(1)
+                .arg("");
+            let r = self.call(timeout, &inv).await;
+            self.outcome(&r);
+        }
+        self.publish_grant(room, applied.grant());
+        Ok(Synced::Done {
+            grant: applied.grant(),
+            reply,
+        })
+    }
+
+    fn publish_grant(&self, room: &RoomPolicy, grant: u64) {
+        if let Some(t) = &self.telemetry {
+            t.metrics.region.set_grant(&room.room, grant);
+        }
+    }
+
+    /// Asks the global store for up to `wanted` Anywhere slots of `room`;
+    /// returns how many it gave (added to the region's grant there).
+    pub async fn take_anywhere(
+        &self,
+        room: &RoomPolicy,
+        wanted: u64,
+        now_ms: Millis,
+    ) -> Result<(u64, u64, u64), StoreError> {
+        let key = regions_key(&room.room);
+        let mut inv = self.anywhere.prepare_invoke();
+        inv.key(key.as_str())
+            .arg(now_ms)
+            .arg(self.name.as_ref())
+            .arg(room.total_active_users)
+            .arg(self.lease_ms())
+            .arg(wanted);
+        let reply = self.call(self.request_timeout, &inv).await;
+        let reply = reply.and_then(|v| {
+            let [raised, returned, given] = three(&v)?;
+            Ok((raised, returned, given))
+        });
+        self.outcome(&reply);
+        reply
+    }
+
+    /// Syncs every room with a capacity limit each `sync_interval` until
+    /// `stop`. Every instance of the region runs this; one of them per
+    /// interval does the work (the sync turn in the regional store).
+    pub async fn run(
+        self: Arc<Self>,
+        store: RedisStore,
+        gates: SharedGate,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(self.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            let gate = gates.load_full();
+            let now = gate.clock.now_ms();
+            for room in gate.rooms.all() {
+                let policy = room.policy_at(now);
+                if let Err(e) = self.sync_room(&store, &policy, now, false).await {
+                    tracing::debug!(room = %policy.room, error = %e, "region sync: regional store did not answer");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Anywhere for Region {
+    async fn take(&self, store: &RedisStore, room: &RoomPolicy, wanted: u64, now_ms: Millis) {
+        if self.is_degraded() {
+            // Each visitor would wait out the timeout for nothing; the
+            // background sync finds out when the global store is back.
+            return;
+        }
+        let Ok((raised, returned, given)) = self.take_anywhere(room, wanted, now_ms).await else {
+            return;
+        };
+        if given == 0 {
+            return;
+        }
+        if let Some(t) = &self.telemetry {
+            t.metrics.region.anywhere(&room.room, given);
+        }
+        if let Err(e) = store
+            .region_apply(room, now_ms, raised, returned, None, Bound::Keep)
+            .await
+        {
+            // The next sync brings the regional totals up to the global ones.
+            tracing::debug!(room = %room.room, error = %e, "Anywhere slots not applied yet");
+        }
+    }
+}
+
+fn protocol(what: &str, v: &Value) -> StoreError {
+    StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+fn three(v: &Value) -> Result<[u64; 3], StoreError> {
+    match v {
+        Value::Array(items) if items.len() == 3 => {
+            let mut out = [0; 3];
+            for (o, i) in out.iter_mut().zip(items) {
+                *o = int(i).ok_or_else(|| protocol("region_anywhere", v))?;
+            }
+            Ok(out)
+        }
+        _ => Err(protocol("region_anywhere", v)),
+    }
+}
+
+fn decode_sync(v: &Value) -> Result<SyncReply, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol("region_sync", v));
+    };
+    let n: Option<Vec<u64>> = items.iter().map(int).collect();
+    match n.as_deref() {
+        Some(&[raised, returned, target, bound, free]) => Ok(SyncReply {
+            raised,
+            returned,
+            target,
+            bound,
+            free,
+        }),
+        _ => Err(protocol("region_sync", v)),
+    }
+}

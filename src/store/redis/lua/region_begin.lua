@@ -1,0 +1,53 @@
+-- region_begin: the start of a region's sync of one room (src/region):
+-- takes the region's sync turn and reports what the global store needs.
+-- ARGV[2] = 'grant' (region mode). ARGV[13] = how long (ms) this
+-- instance holds the turn: the instances of a region share one regional
+-- Redis and one of them syncs per interval. ARGV[14] = 1 to take the turn
+-- even if another instance holds it.
+-- Returns nil when another instance holds the turn, else {active,
+-- g_raised, g_lowered, queued, head seq (0: nobody waits), arrivals since
+-- the last sync, then (rank, seq) pairs sampling the queue}.
+-- No promotion here: whom the region may let in depends on the bound the
+-- global store is about to send (region_apply promotes).
+housekeep()
+local turn = tonumber(redis.call('HGET', K_META, 'g_sync_until') or '0')
+if ARGV[14] ~= '1' and turn > now then
+    return false
+end
+counts()
+local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_arrivals', 'g_arrivals_seen')
+local arrivals = tonumber(g[3] or '0')
+local seen = tonumber(g[4] or '0')
+if seen > arrivals then
+    seen = 0
+end
+redis.call('HSET', K_META, 'g_sync_until', int(now + tonumber(ARGV[13])),
+    'g_arrivals_seen', int(arrivals))
+local queued = redis.call('ZCARD', K_QUEUE)
+local out = {
+    active_n,
+    tonumber(g[1] or '0'),
+    tonumber(g[2] or '0'),
+    queued,
+    0,
+    arrivals - seen,
+}
+-- (rank, seq) samples of the queue, from the head to the last place, so
+-- the global store can tell how many wait here up to any arrival time.
+local SAMPLES = 16
+local last_rank = -1
+for i = 0, SAMPLES do
+    local rank = math.floor(i * (queued - 1) / SAMPLES)
+    if queued > 0 and rank > last_rank then
+        local e = redis.call('ZRANGE', K_QUEUE, rank, rank, 'WITHSCORES')
+        if #e == 2 then
+            out[#out + 1] = rank
+            out[#out + 1] = tonumber(e[2])
+            if rank == 0 then
+                out[5] = tonumber(e[2])
+            end
+        end
+        last_rank = rank
+    end
+end
+return out

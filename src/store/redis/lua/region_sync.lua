@@ -1,0 +1,219 @@
+-- region_sync: one region reports one room to the global store and
+-- receives its grant (src/region). The global store holds, per room, one
+-- hash field per region: raised and returned (totals that only
+-- grow; the region's grant is raised - returned), and its last report.
+--
+-- Invariant: the grants sum to at most the limit. A grant is raised here
+-- only within the free remainder; lowering happens in the region first,
+-- and reaches here as a larger `returned`.
+--
+-- KEYS[1] = wrg:{room}:regions
+-- ARGV: 1 now (ms)  2 region  3 limit  4 lease (ms: a region silent for
+-- longer is not live)  5 reserve (permille of the free slots left to the
+-- Anywhere pool)  6 active  7 lowered (the region's g_lowered)  8 queued
+-- 9 head seq (0: nobody waits)  10 arrivals since its last sync
+-- 11 '1': only record `lowered` (the region gave slots back just now)
+-- 12 (rank, seq) samples of its queue: "rank:seq,rank:seq" 
+-- Returns {raised, returned, target grant, frontier seq (0: none: every
+-- waiting visitor fits), free slots}.
+-- One region's record: "raised returned active queued head traffic at
+-- anywhere samples" (integers but traffic; samples "rank:seq,..."; not
+-- JSON, whose numbers keep only 14 digits and a seq has 15).
+local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere' }
+local function decode(text)
+    local r, i = {}, 1
+    for word in string.gmatch(text, '%S+') do
+        if FIELDS[i] then
+            r[FIELDS[i]] = tonumber(word) or 0
+        end
+        i = i + 1
+    end
+    for _, f in ipairs(FIELDS) do
+        r[f] = r[f] or 0
+    end
+    r.samples = {}
+    local text = string.match(text, '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ (%S+)')
+    if text then
+        for rank, seq in string.gmatch(text, '(%d+):(%d+)') do
+            r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
+        end
+    end
+    return r
+end
+local function encode(r)
+    local parts = {}
+    for i, p in ipairs(r.samples or {}) do
+        parts[i] = string.format('%d:%d', p[1], p[2])
+    end
+    local samples = table.concat(parts, ',')
+    if samples == '' then
+        samples = '-'
+    end
+    return string.format('%d %d %d %d %d %.3f %d %d %s', r.raised, r.returned, r.active,
+        r.queued, r.head, r.traffic, r.at, r.anywhere, samples)
+end
+
+local K = KEYS[1]
+local now = tonumber(ARGV[1])
+local me_name = ARGV[2]
+local limit = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+local reserve = tonumber(ARGV[5])
+
+local regions = {}
+local raw = redis.call('HGETALL', K)
+for i = 1, #raw, 2 do
+    regions[raw[i]] = decode(raw[i + 1])
+end
+local me = regions[me_name] or decode('')
+regions[me_name] = me
+me.returned = math.max(me.returned or 0, tonumber(ARGV[7]))
+if ARGV[11] == '1' then
+    redis.call('HSET', K, me_name, encode(me))
+    return { me.raised, me.returned, 0, 0, 0 }
+end
+me.active = tonumber(ARGV[6])
+me.queued = tonumber(ARGV[8])
+me.head = tonumber(ARGV[9])
+me.samples = {}
+for rank, seq in string.gmatch(ARGV[12] or '', '(%d+):(%d+)') do
+    me.samples[#me.samples + 1] = { tonumber(rank), tonumber(seq) }
+end
+local arrivals = tonumber(ARGV[10])
+if me.at > 0 then
+    -- Smoothed over a few intervals, so one quiet second does not strip a
+    -- busy region of its share.
+    me.traffic = 0.5 * (me.traffic or 0) + 0.5 * arrivals
+else
+    me.traffic = arrivals
+end
+me.at = now
+
+local function live(r)
+    return now - (r.at or 0) <= lease
+end
+
+-- Slots in use: a live region's active sessions; a silent one's whole
+-- grant (it may still be admitting within it).
+local granted, used = 0, 0
+for _, r in pairs(regions) do
+    local g = (r.raised or 0) - (r.returned or 0)
+    granted = granted + g
+    if live(r) then
+        used = used + math.min(r.active or 0, g)
+    else
+        used = used + g
+    end
+end
+local unused = math.max(0, limit - used)
+local share = unused - math.floor(unused * reserve / 1000)
+
+-- How many wait in region `r` with a seq at most `t`, read from its
+-- samples (exact at a sample, linear in between).
+local function waiting_upto(r, t)
+    local s = r.samples
+    if #s == 0 or t < s[1][2] then
+        return 0
+    end
+    for i = 2, #s do
+        if t < s[i][2] then
+            local r0, s0, r1, s1 = s[i - 1][1], s[i - 1][2], s[i][1], s[i][2]
+            return r0 + 1 + math.floor((r1 - r0 - 1) * (t - s0) / (s1 - s0))
+        end
+    end
+    return r.queued
+end
+
+-- Waiting visitors first, in arrival order across regions (I3): the
+-- global admission frontier is the latest arrival (seq) up to which every
+-- region's waiting visitors fit in the free slots. Each region gets the
+-- slots for its own visitors up to the frontier and lets in no one beyond
+-- it; what is left follows recent traffic. While anyone waits, nothing is
+-- kept back for the Anywhere pool (newcomers queue anyway).
+local alloc = {}
+local names = {}
+local queued_total = 0
+local lo, hi
+for name, r in pairs(regions) do
+    if live(r) then
+        names[#names + 1] = name
+        alloc[name] = 0
+        if r.queued > 0 and #r.samples > 0 then
+            queued_total = queued_total + r.queued
+            local first, last = r.samples[1][2], r.samples[#r.samples][2]
+            if not lo or first < lo then
+                lo = first
+            end
+            if not hi or last > hi then
+                hi = last
+            end
+        end
+    end
+end
+local frontier = 0
+if queued_total > 0 then
+    share = unused
+    if queued_total > share then
+        -- The largest seq t with every region's count up to t within the
+        -- free slots (at least the oldest waiter, so the queue moves).
+        local function total_upto(t)
+            local n = 0
+            for _, name in ipairs(names) do
+                n = n + waiting_upto(regions[name], t)
+            end
+            return n
+        end
+        local a, b = lo, hi
+        while a < b do
+            local mid = a + math.floor((b - a + 1) / 2)
+            if total_upto(mid) <= share then
+                a = mid
+            else
+                b = mid - 1
+            end
+        end
+        frontier = a
+    end
+    for _, name in ipairs(names) do
+        local r = regions[name]
+        local n = r.queued
+        if frontier > 0 then
+            n = waiting_upto(r, frontier)
+        end
+        n = math.min(n, share)
+        alloc[name] = n
+        share = share - n
+    end
+end
+local total = 0
+for _, name in ipairs(names) do
+    total = total + (regions[name].traffic or 0)
+end
+-- A region holds at most a few intervals of its own arrivals beyond its
+-- share of the queue: slots a quiet region holds are slots a busy one
+-- cannot have until the next sync, while the Anywhere pool serves any.
+local DEMAND_INTERVALS = 4
+if share > 0 then
+    for _, name in ipairs(names) do
+        if total > 0 then
+            local traffic = regions[name].traffic or 0
+            local a = math.floor(share * traffic / total)
+            alloc[name] = alloc[name] + math.min(a, math.ceil(DEMAND_INTERVALS * traffic) + 1)
+        else
+            alloc[name] = alloc[name] + math.floor(share / #names)
+        end
+    end
+end
+local target = me.active + (alloc[me_name] or 0)
+
+local grant = me.raised - me.returned
+if target > grant then
+    local add = math.min(target - grant, limit - granted)
+    if add > 0 then
+        me.raised = me.raised + add
+        granted = granted + add
+    end
+end
+
+redis.call('HSET', K, me_name, encode(me))
+return { me.raised, me.returned, target, frontier, math.max(0, limit - granted) }
