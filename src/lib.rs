@@ -19,6 +19,8 @@
 //! * [`telemetry`]: metrics and history (written by the gate, read by admin).
 //! * [`config`]: the TOML file, validated into typed configuration.
 //! * [`ticket`]: the sealed ticket cookie (AES-256-GCM, key ring, room binding).
+//! * [`tls`]: certificates (PEM loading, SNI choice, reload) and the rustls
+//!   configuration of the TLS listener.
 //! * [`store`]: all shared room state behind the `Store` trait; `memory` and
 //!   `redis` backends.
 //! * [`respond`]: building the daemon's own responses.
@@ -47,5 +49,6 @@ pub mod simulate;
 pub mod store;
 pub mod telemetry;
 pub mod ticket;
+pub mod tls;
 
 pub use server::{run, Daemon, Deps};

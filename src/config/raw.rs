@@ -22,6 +22,25 @@ pub(super) struct RawConfig {
     pub(super) origin: RawOrigin,
     #[serde(default)]
     pub(super) room: Vec<RawRoom>,
+    pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) listen: Option<String>,
+    pub(super) redirect_http: Option<bool>,
+    #[serde(default)]
+    pub(super) cert: Vec<RawTlsCert>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsCert {
+    #[serde(default)]
+    pub(super) hosts: Vec<String>,
+    pub(super) cert: String,
+    pub(super) key: String,
 }
 
 #[derive(Default, Deserialize)]
@@ -72,6 +91,8 @@ pub(super) struct RawStore {
     /// How many instances share the store: with `fail_mode = "local"` each
     /// enforces 1/instances of every limit while the store is away.
     pub(super) instances: Option<u64>,
+    /// PEM CA bundle trusted for `rediss://` URLs.
+    pub(super) tls_ca: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -103,6 +103,8 @@ pub struct ConnInfo {
     pub peer_text: HeaderValue,
     /// The worker thread serving the connection (its origin pool is used).
     pub worker: usize,
+    /// The connection came in on the TLS listener.
+    pub tls: bool,
 }
 
 impl ConnInfo {
@@ -111,7 +113,13 @@ impl ConnInfo {
             peer,
             peer_text: headers::peer_text(peer.ip()),
             worker,
+            tls: false,
         }
+    }
+
+    /// The same, for a connection on the TLS listener.
+    pub fn over_tls(self) -> Self {
+        Self { tls: true, ..self }
     }
 }
 
@@ -540,6 +548,7 @@ impl Gate {
             canonical: &ctx.canonical,
             visitor: admitted.as_ref().map(|(v, _)| *v),
             worker: ctx.conn.worker,
+            tls: ctx.conn.tls,
         };
         let started = Instant::now();
         let forwarded = self.proxy.forward(req, &out).await;

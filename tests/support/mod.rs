@@ -47,6 +47,7 @@ pub fn config(origin: SocketAddr) -> Config {
             timeout: Duration::from_millis(500),
             fail_mode: FailMode::Open,
             instances: 1,
+            tls_ca: None,
         },
         cookie: CookieConfig {
             keys: vec![Secret32(KEY)],
@@ -58,6 +59,7 @@ pub fn config(origin: SocketAddr) -> Config {
             connect_timeout: Duration::from_secs(2),
         },
         rooms: vec![room("shop", "/")],
+        tls: None,
     }
 }
 
