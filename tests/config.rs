@@ -932,11 +932,16 @@ fn redis_password_comes_from_the_environment() {
 #[test]
 fn rediss_is_accepted_but_not_with_checks_turned_off() {
     let src = format!("[store]\nbackend = \"redis\"\nurl = \"rediss://a:7000/\"\n{MINIMAL}");
-    match from_toml_str_with_env(&src, &fixture_env).unwrap().store.backend {
+    match from_toml_str_with_env(&src, &fixture_env)
+        .unwrap()
+        .store
+        .backend
+    {
         Backend::Redis { urls } => assert_eq!(urls, ["rediss://a:7000/"]),
         other => panic!("{other:?}"),
     }
-    let src = format!("[store]\nbackend = \"redis\"\nurl = \"rediss://a:7000/#insecure\"\n{MINIMAL}");
+    let src =
+        format!("[store]\nbackend = \"redis\"\nurl = \"rediss://a:7000/#insecure\"\n{MINIMAL}");
     assert_eq!(
         err(&src, &fixture_env),
         "store.url (line 3, column 7): \"rediss://a:7000/#insecure\" turns off certificate \

@@ -147,7 +147,10 @@ impl Checker<'_, '_> {
                 let host = match check_host(bare) {
                     Ok(h) if !h.starts_with('[') => format!("{wild}{h}"),
                     Ok(_) => {
-                        self.fail(&here, format!("{host:?} is an IPv6 address; SNI carries host names only"));
+                        self.fail(
+                            &here,
+                            format!("{host:?} is an IPv6 address; SNI carries host names only"),
+                        );
                         continue;
                     }
                     Err(why) => {

@@ -337,12 +337,9 @@ async fn open_store(config: &Config) -> Result<SharedStore, StartError> {
                     StartError::Config(format!("store.tls_ca: cannot read {}: {e}", path.display()))
                 })?),
             };
-            let store = crate::store::redis::RedisStore::connect_with_ca(
-                urls,
-                config.store.timeout,
-                ca,
-            )
-            .await?;
+            let store =
+                crate::store::redis::RedisStore::connect_with_ca(urls, config.store.timeout, ca)
+                    .await?;
             Ok(Arc::new(store))
         }
     }

@@ -74,7 +74,12 @@ mod tests {
         let req = Request::get(target).header("host", host).body(()).unwrap();
         let resp = redirect.answer(&req)?;
         assert_eq!(resp.status(), StatusCode::PERMANENT_REDIRECT);
-        Some(resp.headers()[header::LOCATION].to_str().unwrap().to_owned())
+        Some(
+            resp.headers()[header::LOCATION]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        )
     }
 
     #[test]

@@ -205,9 +205,7 @@ impl RedisStore {
                 if ca.is_some() && seeds.iter().all(|u| u.starts_with("rediss://")) {
                     builder = builder.certs(certs(&ca));
                 }
-                let client = builder
-                    .build()
-                    .map_err(|e| map_error(&e))?;
+                let client = builder.build().map_err(|e| map_error(&e))?;
                 let conn = bounded(timeout, client.get_async_connection()).await??;
                 Connection::Cluster(conn)
             }
