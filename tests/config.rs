@@ -204,6 +204,10 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "start",
         "end",
         "shuffle_at_start",
+        "redirect_http",
+        "hosts",
+        "cert",
+        "tls_ca",
     ] {
         let written = example
             .lines()
