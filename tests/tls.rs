@@ -710,6 +710,92 @@ async fn rediss_to_a_redis_server_with_tls_trusting_store_tls_ca() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_to_a_redis_cluster_with_tls_on_every_node() {
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = dir.path().join("redis-ca.pem");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    let nodes: Vec<TlsRedis> = (0..3)
+        .map(|_| {
+            let bus = free();
+            TlsRedis::start(
+                &ca,
+                &[
+                    "--tls-cluster",
+                    "yes",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-node-timeout",
+                    "5000",
+                ],
+            )
+        })
+        .collect();
+    let mut create = Command::new("redis-cli");
+    create.args(["--tls", "--cacert"]).arg(&ca_path);
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        let info = n.cli(&ca_path, &["CLUSTER", "INFO"]);
+        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+    }) {
+        assert!(Instant::now() < deadline, "cluster never became ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let origin = support::origin::Origin::start().await;
+    let urls: Vec<String> = nodes.iter().map(|n| format!("{:?}", n.url())).collect();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = [{}]\ntimeout = \"2s\"\ntls_ca = {}\n",
+        urls.join(", "),
+        q(&ca_path)
+    );
+    let cfg = config::from_toml_str(&config_text(origin.addr, &store)).unwrap();
+    let daemon = Daemon::start(&cfg, Deps::default())
+        .await
+        .expect("starts on a TLS cluster");
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let resp = client
+            .get(format!("http://{}/", daemon.addr))
+            .send()
+            .await
+            .unwrap();
+        assert!(support::from_origin(&resp), "{}", resp.status());
+    }
+    daemon.shutdown().await;
+    let keys: u64 = nodes
+        .iter()
+        .map(|n| n.cli(&ca_path, &["DBSIZE"]).parse::<u64>().unwrap())
+        .sum();
+    assert!(keys > 0, "visitors went through the cluster over TLS");
+}
+
 // --- the config checker ---
 
 /// `line L, column C` of the first `needle` in `src` (1-based, as problems say).
