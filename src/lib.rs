@@ -9,8 +9,9 @@
 //! * [`simulate`]: a flash crowd run against the real store and ETA on a
 //!   virtual clock, with its summary and chart (`waitroom simulate`).
 //! * [`server`]: listeners and lifecycle (`Daemon`, `run`); `worker`: one
-//!   thread per core with its own listener, connections and origin pool;
-//!   `conn`: connection caps and the first-byte timeout.
+//!   thread per core with its own listeners (plain and TLS), connections and
+//!   origin pool; `conn`: connection caps and the first-byte timeout;
+//!   `redirect`: plain HTTP sent to https.
 //! * [`admin`]: the operator's API and dashboard on the admin listener.
 //! * [`gate`]: the request path, phase by phase (canonical, route, bypass,
 //!   ticket, respond): rooms, the store guard, tickets, pages, limits, ETA.

@@ -1,6 +1,7 @@
-//! The visitor listener's workers: one OS thread per core, each running a
-//! current-thread runtime with its own `SO_REUSEPORT` listener, its own
-//! connections and its own origin connection pool.
+//! The visitor listeners' workers: one OS thread per core, each running a
+//! current-thread runtime with its own `SO_REUSEPORT` listener (and one for
+//! TLS when `[tls]` is set), its own connections and its own origin
+//! connection pool.
 //!
 //! The kernel spreads new connections over the workers' listeners; from
 //! then on a connection, its requests and the origin connections they use
@@ -25,7 +26,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
-
 use tokio_rustls::TlsAcceptor;
 
 use super::conn::{self, Caps, HeadWatch};
