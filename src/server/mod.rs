@@ -141,6 +141,7 @@ impl Daemon {
             gates: gates.clone(),
             telemetry: telemetry.clone(),
             certs,
+            tls_started: config.tls.as_ref().map(|t| (t.listen, t.redirect_http)),
         };
         let workers = Workers::start(
             config.server.listen,
@@ -255,6 +256,9 @@ struct Live {
     telemetry: Arc<Telemetry>,
     /// The TLS listener's certificates, when it runs.
     certs: Option<Arc<SniResolver>>,
+    /// `tls.listen` and `tls.redirect_http` as started, which a reload
+    /// cannot change (it warns instead).
+    tls_started: Option<(SocketAddr, bool)>,
 }
 
 impl Live {
@@ -274,6 +278,9 @@ impl Live {
             (Some(resolver), Some(tls)) => {
                 resolver.replace(CertMap::new(tls));
                 tracing::info!(certificates = tls.certs.len(), "TLS certificates reloaded");
+                if self.tls_started != Some((tls.listen, tls.redirect_http)) {
+                    tracing::warn!("tls.listen and tls.redirect_http change only on a restart");
+                }
             }
             (Some(_), None) => tracing::warn!(
                 "[tls] was removed from the configuration; the TLS listener keeps its certificates until a restart"
