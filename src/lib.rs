@@ -13,6 +13,9 @@
 //!   `conn`: connection caps and the first-byte timeout.
 //! * [`region`]: region mode: the global store's client, the per-region
 //!   sync of grants and the Anywhere pool (SPEC §8 "Regions").
+//!   thread per core with its own listeners (plain and TLS), connections and
+//!   origin pool; `conn`: connection caps and the first-byte timeout;
+//!   `redirect`: plain HTTP sent to https.
 //! * [`admin`]: the operator's API and dashboard on the admin listener.
 //! * [`gate`]: the request path, phase by phase (canonical, route, bypass,
 //!   ticket, respond): rooms, the store guard, tickets, pages, limits, ETA.
@@ -21,6 +24,8 @@
 //! * [`telemetry`]: metrics and history (written by the gate, read by admin).
 //! * [`config`]: the TOML file, validated into typed configuration.
 //! * [`ticket`]: the sealed ticket cookie (AES-256-GCM, key ring, room binding).
+//! * [`tls`]: certificates (PEM loading, SNI choice, reload) and the rustls
+//!   configuration of the TLS listener.
 //! * [`store`]: all shared room state behind the `Store` trait; `memory` and
 //!   `redis` backends.
 //! * [`respond`]: building the daemon's own responses.
@@ -52,5 +57,6 @@ pub mod simulate;
 pub mod store;
 pub mod telemetry;
 pub mod ticket;
+pub mod tls;
 
 pub use server::{run, Daemon, Deps};

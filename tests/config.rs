@@ -212,6 +212,10 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "proof_of_work",
         "global_url",
         "sync_interval",
+        "redirect_http",
+        "hosts",
+        "cert",
+        "tls_ca",
     ] {
         let written = example
             .lines()
@@ -488,7 +492,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_top_level_key",
-        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `origin`, `room`, `region`",
+        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `origin`, `room`, `region`, `tls`",
     ),
     (
         "url_with_memory_backend",
@@ -994,13 +998,23 @@ fn redis_password_comes_from_the_environment() {
 }
 
 #[test]
-fn rediss_needs_a_build_with_tls() {
-    // This build has no TLS for Redis; better refused at start than at connect.
+fn rediss_is_accepted_but_not_with_checks_turned_off() {
     let src = format!("[store]\nbackend = \"redis\"\nurl = \"rediss://a:7000/\"\n{MINIMAL}");
+    match from_toml_str_with_env(&src, &fixture_env)
+        .unwrap()
+        .store
+        .backend
+    {
+        Backend::Redis { urls } => assert_eq!(urls, ["rediss://a:7000/"]),
+        other => panic!("{other:?}"),
+    }
+    let src =
+        format!("[store]\nbackend = \"redis\"\nurl = \"rediss://a:7000/#insecure\"\n{MINIMAL}");
     assert_eq!(
         err(&src, &fixture_env),
-        "store.url (line 3, column 7): \"rediss://a:7000/\" uses TLS (rediss://), which this \
-         build of waitroom does not support"
+        "store.url (line 3, column 7): \"rediss://a:7000/#insecure\" turns off certificate \
+         checks (#insecure), which waitroom does not allow; trust the server's CA with \
+         store.tls_ca instead"
     );
 }
 

@@ -16,7 +16,7 @@ use super::load::{LoadOptions, Problem};
 use super::raw::*;
 use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RegionConfig, RoomConfig,
-    Secret, ServerConfig, StoreConfig, Unmatched,
+    Secret, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
 use crate::i18n::{Lang, Language};
 use crate::store::{EventSpec, Settings};
@@ -51,6 +51,7 @@ mod defaults {
     pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
     pub const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(100);
     pub const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+    pub const TLS_LISTEN: &str = "0.0.0.0:8443";
 }
 
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
@@ -95,6 +96,7 @@ impl Checker<'_, '_> {
         let origin = self.origin(raw.origin);
         let rooms = self.rooms(raw.room, &server.reserved_prefix);
         let region = raw.region.map(|r| self.region(r, &store));
+        let tls = raw.tls.and_then(|t| self.tls(t, &server));
         Config {
             server,
             store,
@@ -102,7 +104,118 @@ impl Checker<'_, '_> {
             origin,
             rooms,
             region,
+            tls,
         }
+    }
+
+    /// `[tls]`: every certificate is read and checked here, so `waitroom
+    /// check` and a reload refuse what the listener could not serve.
+    fn tls(&mut self, raw: RawTls, server: &ServerConfig) -> Option<TlsConfig> {
+        let p = root().key("tls");
+        let listen = self.socket_addr(&p.key("listen"), raw.listen, defaults::TLS_LISTEN);
+        for (other, addr) in [
+            ("server.listen", server.listen),
+            ("server.admin_listen", server.admin_listen),
+        ] {
+            if listen == addr && listen.port() != 0 {
+                self.fail(
+                    &p.key("listen"),
+                    format!("{listen} is also {other}; the TLS listener needs its own address"),
+                );
+            }
+        }
+        let redirect_http = raw.redirect_http.unwrap_or(false);
+        if raw.cert.is_empty() {
+            self.fail(
+                &p.key("cert"),
+                "at least one certificate is required: add [[tls.cert]] with cert and key (PEM files)",
+            );
+            if redirect_http {
+                self.fail(
+                    &p.key("redirect_http"),
+                    "sends plain HTTP to the TLS listener, which has no certificate; add [[tls.cert]]",
+                );
+            }
+            return None;
+        }
+        let mut certs = Vec::with_capacity(raw.cert.len());
+        let mut seen: Vec<(String, usize)> = Vec::new();
+        let mut ok = true;
+        for (i, c) in raw.cert.into_iter().enumerate() {
+            let cp = p.key("cert").index(i);
+            if c.hosts.is_empty() && i > 0 {
+                self.fail(
+                    &cp.key("hosts"),
+                    "must list the host names this certificate is for; only the first certificate (the default) may leave hosts out",
+                );
+            }
+            let mut hosts = Vec::with_capacity(c.hosts.len());
+            for (j, host) in c.hosts.iter().enumerate() {
+                let here = cp.key("hosts").index(j);
+                let (wild, bare) = match host.strip_prefix("*.") {
+                    Some(rest) => ("*.", rest),
+                    None => ("", host.as_str()),
+                };
+                let host = match check_host(bare) {
+                    Ok(h) if !h.starts_with('[') => format!("{wild}{h}"),
+                    Ok(_) => {
+                        self.fail(
+                            &here,
+                            format!("{host:?} is an IPv6 address; SNI carries host names only"),
+                        );
+                        continue;
+                    }
+                    Err(why) => {
+                        let why = if bare.contains('*') {
+                            "may hold * only as a whole first label, as in \"*.example.com\""
+                        } else {
+                            why
+                        };
+                        self.fail(&here, format!("{host:?} {why}"));
+                        continue;
+                    }
+                };
+                if let Some((_, k)) = seen.iter().find(|(h, _)| *h == host) {
+                    self.fail(
+                        &here,
+                        format!("duplicate host {host:?}; tls.cert[{k}].hosts lists it too"),
+                    );
+                    continue;
+                }
+                seen.push((host.clone(), i));
+                hosts.push(host);
+            }
+            let mut path = |key: &str, text: String| {
+                if text.trim().is_empty() {
+                    self.fail(&cp.key(key), "must be a file path (PEM)");
+                    None
+                } else {
+                    Some(PathBuf::from(text))
+                }
+            };
+            let (Some(cert), Some(key)) = (path("cert", c.cert), path("key", c.key)) else {
+                ok = false;
+                continue;
+            };
+            match crate::tls::load_certified_key(&cert, &key) {
+                Ok(certified) => certs.push(TlsCert {
+                    hosts,
+                    cert,
+                    key,
+                    certified: std::sync::Arc::new(certified),
+                }),
+                Err(e) => {
+                    let which = if e.is_key() { "key" } else { "cert" };
+                    self.fail(&cp.key(which), e.to_string());
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(TlsConfig {
+            listen,
+            redirect_http,
+            certs,
+        })
     }
 
     fn server(&mut self, raw: RawServer) -> ServerConfig {
@@ -287,11 +400,36 @@ impl Checker<'_, '_> {
         if instances == 0 {
             self.fail(&p.key("instances"), "must be at least 1, got 0");
         }
+        let tls_ca = raw
+            .tls_ca
+            .and_then(|ca| self.tls_ca(&p.key("tls_ca"), ca, &backend));
         StoreConfig {
             backend,
             timeout,
             fail_mode,
             instances: instances.max(1),
+            tls_ca,
+        }
+    }
+
+    /// `store.tls_ca`: a PEM bundle of the CAs `rediss://` servers are
+    /// checked against, read here so a bad file is a config problem.
+    fn tls_ca(&mut self, path: &KeyPath, text: String, backend: &Backend) -> Option<PathBuf> {
+        let uses_tls = match backend {
+            Backend::Memory => false,
+            Backend::Redis { urls } => urls.iter().any(|u| u.starts_with("rediss://")),
+        };
+        if !uses_tls {
+            self.fail(path, "is only used with rediss:// URLs (Redis over TLS)");
+            return None;
+        }
+        let ca = PathBuf::from(text);
+        match crate::tls::load_certs(&ca) {
+            Ok(_) => Some(ca),
+            Err(e) => {
+                self.fail(path, e.to_string());
+                None
+            }
         }
     }
 
@@ -378,6 +516,14 @@ impl Checker<'_, '_> {
                 Ok(url) => urls.push(url),
                 Err(why) => self.fail(&here, format!("{} {why}", redact_url(&url))),
             }
+        }
+        // A cluster client speaks TLS to every node or to none.
+        let tls = urls.iter().filter(|u| u.starts_with("rediss://")).count();
+        if tls != 0 && tls != urls.len() {
+            self.fail(
+                path,
+                "mixes redis:// and rediss:// nodes; a Redis Cluster uses TLS on every node or on none",
+            );
         }
         urls
     }
@@ -1057,13 +1203,15 @@ fn check_redis_url(text: &str, password: Option<&str>) -> Result<String, String>
     if !text.starts_with("redis://") && !text.starts_with("rediss://") {
         return Err("must start with redis:// or rediss://".to_owned());
     }
+    // `rediss://…#insecure` would turn certificate checks off; the way to
+    // trust a private CA is store.tls_ca.
+    if text.starts_with("rediss://") && text.contains("#insecure") {
+        return Err(
+            "turns off certificate checks (#insecure), which waitroom does not allow; trust the server's CA with store.tls_ca instead".to_owned(),
+        );
+    }
     if let Err(e) = text.into_connection_info() {
         let why = e.to_string();
-        if text.starts_with("rediss://") && why.contains("TLS") {
-            return Err(
-                "uses TLS (rediss://), which this build of waitroom does not support".to_owned(),
-            );
-        }
         // RedisError's text ends in " - <kind>", which tells an operator nothing.
         let why = why.rsplit_once(" - ").map_or(why.as_str(), |(w, _)| w);
         return Err(format!("is not a usable Redis URL: {why}"));

@@ -39,6 +39,8 @@ pub struct Config {
     /// `[region]`: regional counters and a global store (SPEC §8
     /// "Regions"); `None`: every decision on the one store (central mode).
     pub region: Option<RegionConfig>,
+    /// The TLS listener (`[tls]`), if any.
+    pub tls: Option<TlsConfig>,
 }
 
 /// `[region]`: this instance's region and the global store.
@@ -52,6 +54,32 @@ pub struct RegionConfig {
     pub global_url: String,
     /// How often the region reports to the global store and receives its grant.
     pub sync_interval: Duration,
+}
+
+/// `[tls]`: the TLS listener and its certificates (SPEC §11).
+#[derive(Clone, Debug)]
+pub struct TlsConfig {
+    /// Where TLS connections are accepted.
+    pub listen: SocketAddr,
+    /// Answer every plain-HTTP request (but the health check) with a 308
+    /// to the same URL on https.
+    pub redirect_http: bool,
+    /// At least one; the first is the default (no SNI, or an SNI name no
+    /// certificate lists).
+    pub certs: Vec<TlsCert>,
+}
+
+/// One `[[tls.cert]]`: a chain and key, read and checked at load.
+#[derive(Clone, Debug)]
+pub struct TlsCert {
+    /// Lower-case host names (or `*.example.com`) whose SNI selects it.
+    pub hosts: Vec<String>,
+    /// The PEM chain file, leaf first.
+    pub cert: PathBuf,
+    /// The PEM private key file.
+    pub key: PathBuf,
+    /// The chain and key as loaded.
+    pub certified: Arc<rustls::sign::CertifiedKey>,
 }
 
 #[derive(Clone, Debug)]
@@ -121,6 +149,9 @@ pub struct StoreConfig {
     /// Instances sharing the store; in `local` fail mode each enforces
     /// `1/instances` of every limit.
     pub instances: u64,
+    /// PEM file of the CAs trusted for `rediss://` (instead of the
+    /// system's roots).
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@ pub(super) struct RawConfig {
     pub(super) room: Vec<RawRoom>,
     /// Region mode (SPEC §8 "Regions"); absent: the central mode.
     pub(super) region: Option<RawRegion>,
+    pub(super) tls: Option<RawTls>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +36,24 @@ pub(super) struct RawRegion {
     pub(super) global_url: String,
     /// How often a region reports to the global store and receives its grant.
     pub(super) sync_interval: Option<RawDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) listen: Option<String>,
+    pub(super) redirect_http: Option<bool>,
+    #[serde(default)]
+    pub(super) cert: Vec<RawTlsCert>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsCert {
+    #[serde(default)]
+    pub(super) hosts: Vec<String>,
+    pub(super) cert: String,
+    pub(super) key: String,
 }
 
 #[derive(Default, Deserialize)]
@@ -85,6 +104,8 @@ pub(super) struct RawStore {
     /// How many instances share the store: with `fail_mode = "local"` each
     /// enforces 1/instances of every limit while the store is away.
     pub(super) instances: Option<u64>,
+    /// PEM CA bundle trusted for `rediss://` URLs.
+    pub(super) tls_ca: Option<String>,
 }
 
 #[derive(Deserialize)]

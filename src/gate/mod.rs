@@ -107,6 +107,8 @@ pub struct ConnInfo {
     pub peer_text: HeaderValue,
     /// The worker thread serving the connection (its origin pool is used).
     pub worker: usize,
+    /// The connection came in on the TLS listener.
+    pub tls: bool,
 }
 
 impl ConnInfo {
@@ -115,7 +117,13 @@ impl ConnInfo {
             peer,
             peer_text: headers::peer_text(peer.ip()),
             worker,
+            tls: false,
         }
+    }
+
+    /// The same, for a connection on the TLS listener.
+    pub fn over_tls(self) -> Self {
+        Self { tls: true, ..self }
     }
 }
 
@@ -729,6 +737,7 @@ impl Gate {
             room: room.map(|r| r.config.id.as_str()),
             now_ms: ctx.now,
             worker: ctx.conn.worker,
+            tls: ctx.conn.tls,
         };
         // Kept (not parsed) for the page should the origin fail.
         let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();

@@ -211,6 +211,19 @@ pub fn set_forwarded(
     trusted: bool,
     host: HeaderValue,
 ) {
+    set_forwarded_as(headers, peer, trusted, host, "http");
+}
+
+/// [`set_forwarded`] for a request that came in over `scheme` (`"https"`
+/// on the TLS listener): what `X-Forwarded-Proto` says when no trusted
+/// proxy said it.
+pub fn set_forwarded_as(
+    headers: &mut HeaderMap,
+    peer: &HeaderValue,
+    trusted: bool,
+    host: HeaderValue,
+    scheme: &'static str,
+) {
     let prior_for = trusted.then(|| joined(headers, &X_FORWARDED_FOR)).flatten();
     let xff = match prior_for {
         Some(prior) => {
@@ -223,7 +236,7 @@ pub fn set_forwarded(
         headers.insert(X_FORWARDED_FOR, v);
     }
     if !(trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
     }
     if !(trusted && headers.contains_key(&X_FORWARDED_HOST)) {
         headers.insert(X_FORWARDED_HOST, host);

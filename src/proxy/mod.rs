@@ -75,6 +75,8 @@ pub struct Outbound<'a> {
     pub now_ms: u64,
     /// The worker thread serving the request (its origin pool is used).
     pub worker: usize,
+    /// The visitor's connection is TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
 }
 
 impl Proxy {
@@ -130,7 +132,14 @@ impl Proxy {
         let headers = req.headers_mut();
         let upgrade = headers::sanitize_inbound(headers, out.peer_trusted, upgrades);
         let host = &out.canonical.host_header;
-        headers::set_forwarded(headers, out.peer_text, out.peer_trusted, host.clone());
+        let scheme = if out.tls { "https" } else { "http" };
+        headers::set_forwarded_as(
+            headers,
+            out.peer_text,
+            out.peer_trusted,
+            host.clone(),
+            scheme,
+        );
         // The visitor's own Host is kept when it was canonical already.
         if headers.get(header::HOST) != Some(host) {
             headers.insert(header::HOST, host.clone());

@@ -9,6 +9,7 @@
 //!   `header_read_timeout` is closed, the first byte included (hyper's own
 //!   timer only starts with the first byte; before it, the HTTP version
 //!   sniffing would wait forever).
+//!   On the TLS listener the TLS handshake gets the same bound first.
 //! * An overlong request line is answered 414, not 431: [`HeadWatch`] tells
 //!   hyper's "head too large" apart when no line end was read yet.
 

@@ -1,8 +1,10 @@
-//! Listeners and lifecycle: the visitor and admin listeners, connection
-//! caps (`conn`), HTTP/1.1 + HTTP/2 serving, background refresh of room
-//! figures, and graceful drain on shutdown.
+//! Listeners and lifecycle: the visitor listeners (plain and TLS) and the
+//! admin listener, connection caps (`conn`), HTTP/1.1 + HTTP/2 serving,
+//! the https redirect (`redirect`), background refresh of room figures,
+//! reloads (rooms and certificates), and graceful drain on shutdown.
 
 pub mod conn;
+pub mod redirect;
 pub mod worker;
 
 use std::convert::Infallible;
@@ -32,7 +34,8 @@ use crate::gate::{Gate, GateError, SharedGate};
 use crate::store::memory::MemoryStore;
 use crate::store::SharedStore;
 use crate::telemetry::Telemetry;
-use worker::Workers;
+use crate::tls::{CertMap, SniResolver};
+use worker::{Shared, TlsListen, Workers};
 
 /// How often each instance reads operators' runtime room changes from the
 /// store (so every instance applies a change within a second).
@@ -56,6 +59,8 @@ pub enum StartError {
     AdminWithoutToken(SocketAddr),
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::SetupError),
 }
 
 /// What a daemon runs on, beyond its config. Tests inject a clock or a store.
@@ -71,8 +76,9 @@ pub struct Deps {
 pub struct Daemon {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
-    gates: SharedGate,
-    telemetry: Arc<Telemetry>,
+    /// The TLS listener's address, when `[tls]` is configured.
+    pub tls_addr: Option<SocketAddr>,
+    live: Live,
     config_path: Option<PathBuf>,
     stop: watch::Sender<bool>,
     /// The admin listener and the background refresh.
@@ -123,26 +129,44 @@ impl Daemon {
             Some(config.server.max_connections_per_ip),
         );
         let admin_caps = conn::Caps::new(config.server.max_connections, None);
+        let (certs, tls) = match &config.tls {
+            None => (None, None),
+            Some(t) => {
+                let resolver = Arc::new(SniResolver::new(CertMap::new(t)));
+                let acceptor = crate::tls::server_config(resolver.clone())?.into();
+                let listen = TlsListen {
+                    addr: t.listen,
+                    acceptor,
+                    redirect_http: t.redirect_http,
+                };
+                (Some(resolver), Some(listen))
+            }
+        };
+        let live = Live {
+            gates: gates.clone(),
+            telemetry: telemetry.clone(),
+            certs,
+            tls_started: config.tls.as_ref().map(|t| (t.listen, t.redirect_http)),
+        };
         let workers = Workers::start(
             config.server.listen,
+            tls,
             config.server.workers(),
-            gates.clone(),
-            limits.clone(),
-            visitor_caps,
-            stopped.clone(),
+            Shared {
+                gates: gates.clone(),
+                limits: limits.clone(),
+                caps: visitor_caps,
+                stop: stopped.clone(),
+                health_path: Arc::from(format!("{}health", config.server.reserved_prefix)),
+            },
         )
         .await?;
-        let addr = workers.addr;
+        let (addr, tls_addr) = (workers.addr, workers.tls_addr);
         let reload: Option<Reloader> = deps.config_path.clone().map(|path| {
-            let gates = gates.clone();
-            let telemetry = telemetry.clone();
+            let live = live.clone();
             let reload: Reloader = Arc::new(move || {
-                let (gates, telemetry, path) = (gates.clone(), telemetry.clone(), path.clone());
-                Box::pin(async move {
-                    reload_from(&gates, &telemetry, &path)
-                        .await
-                        .map_err(|e| e.to_string())
-                })
+                let (live, path) = (live.clone(), path.clone());
+                Box::pin(async move { live.reload_from(&path).await.map_err(|e| e.to_string()) })
             });
             reload
         });
@@ -172,12 +196,19 @@ impl Daemon {
         }
         let rooms = gates.load().rooms.all().len();
         let threads = config.server.workers();
-        tracing::info!(%addr, %admin_addr, rooms, workers = threads, "waitroom listening");
+        match tls_addr {
+            Some(tls) => {
+                tracing::info!(%addr, %tls, %admin_addr, rooms, workers = threads, "waitroom listening")
+            }
+            None => {
+                tracing::info!(%addr, %admin_addr, rooms, workers = threads, "waitroom listening")
+            }
+        }
         Ok(Self {
             addr,
             admin_addr,
-            gates,
-            telemetry,
+            tls_addr,
+            live,
             config_path: deps.config_path,
             stop,
             tasks,
@@ -187,14 +218,16 @@ impl Daemon {
 
     /// The gate in force now.
     pub fn gate(&self) -> Arc<Gate> {
-        self.gates.load_full()
+        self.live.gates.load_full()
     }
 
     /// Applies a new configuration without dropping connections: rooms are
     /// added, changed and removed; requests in flight finish on the old
-    /// rooms. Listener addresses and the store backend need a restart.
+    /// rooms; new TLS handshakes get the new certificates while open
+    /// connections keep theirs. Listener addresses (and turning TLS on or
+    /// off) and the store backend need a restart.
     pub async fn reload(&self, config: &Config) -> Result<(), StartError> {
-        swap_in(&self.gates, &self.telemetry, config).await
+        self.live.swap_in(config).await
     }
 
     /// Reloads the config file the daemon was started from. An invalid file
@@ -204,14 +237,14 @@ impl Daemon {
             .config_path
             .as_ref()
             .ok_or_else(|| StartError::Config("not started from a config file".into()))?;
-        reload_from(&self.gates, &self.telemetry, path).await
+        self.live.reload_from(path).await
     }
 
     /// Stops accepting, drains in-flight requests (up to the drain timeout),
     /// and returns when every listener has finished.
     pub async fn shutdown(self) {
         // Not ready first, so load balancers stop sending new visitors here.
-        self.telemetry.draining.store(true, Ordering::Relaxed);
+        self.live.telemetry.draining.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
         let mut this = self;
         if let Some(workers) = this.workers.take() {
@@ -223,34 +256,62 @@ impl Daemon {
     }
 }
 
-async fn swap_in(
-    gates: &SharedGate,
-    telemetry: &Arc<Telemetry>,
-    config: &Config,
-) -> Result<(), StartError> {
-    let current = gates.load_full();
-    let next = Gate::new(
-        config,
-        current.store.shared.clone(),
-        current.clock.clone(),
-        telemetry.clone(),
-    )?;
-    next.refresh_overrides().await;
-    gates.store(Arc::new(next));
-    tracing::info!(rooms = config.rooms.len(), "configuration reloaded");
-    Ok(())
+/// What a reload replaces: the gate (rooms and settings) and the TLS
+/// listener's certificates.
+#[derive(Clone)]
+struct Live {
+    gates: SharedGate,
+    telemetry: Arc<Telemetry>,
+    /// The TLS listener's certificates, when it runs.
+    certs: Option<Arc<SniResolver>>,
+    /// `tls.listen` and `tls.redirect_http` as started, which a reload
+    /// cannot change (it warns instead).
+    tls_started: Option<(SocketAddr, bool)>,
 }
 
-async fn reload_from(
-    gates: &SharedGate,
-    telemetry: &Arc<Telemetry>,
-    path: &std::path::Path,
-) -> Result<(), StartError> {
-    let config = crate::config::load(path).map_err(|e| {
-        tracing::error!(error = %e, "reload refused: the running configuration stays");
-        StartError::Config(e.to_string())
-    })?;
-    swap_in(gates, telemetry, &config).await
+impl Live {
+    /// Installs `config`'s rooms and certificates: both, or (when the new
+    /// gate cannot be built) neither.
+    async fn swap_in(&self, config: &Config) -> Result<(), StartError> {
+        let current = self.gates.load_full();
+        let next = Gate::new(
+            config,
+            current.store.shared.clone(),
+            current.clock.clone(),
+            self.telemetry.clone(),
+        )?;
+        next.refresh_overrides().await;
+        self.gates.store(Arc::new(next));
+        match (&self.certs, &config.tls) {
+            (Some(resolver), Some(tls)) => {
+                resolver.replace(CertMap::new(tls));
+                tracing::info!(certificates = tls.certs.len(), "TLS certificates reloaded");
+                if self.tls_started != Some((tls.listen, tls.redirect_http)) {
+                    tracing::warn!("tls.listen and tls.redirect_http change only on a restart");
+                }
+            }
+            (Some(_), None) => tracing::warn!(
+                "[tls] was removed from the configuration; the TLS listener keeps its certificates until a restart"
+            ),
+            (None, Some(_)) => tracing::warn!(
+                "[tls] was added to the configuration; the TLS listener starts only on a restart"
+            ),
+            (None, None) => {}
+        }
+        tracing::info!(rooms = config.rooms.len(), "configuration reloaded");
+        Ok(())
+    }
+
+    /// Reloads the config file; an invalid one (a certificate that cannot
+    /// be read, or does not match its key, included) is refused and the
+    /// running configuration stays.
+    async fn reload_from(&self, path: &std::path::Path) -> Result<(), StartError> {
+        let config = crate::config::load(path).map_err(|e| {
+            tracing::error!(error = %e, "reload refused: the running configuration stays");
+            StartError::Config(e.to_string())
+        })?;
+        self.swap_in(&config).await
+    }
 }
 
 /// Runs the daemon until `shutdown` resolves, reloading its config file on
@@ -291,8 +352,15 @@ async fn open_store(
     match &config.store.backend {
         Backend::Memory => Ok((Arc::new(MemoryStore::new()), None)),
         Backend::Redis { urls } => {
+            let ca = match &config.store.tls_ca {
+                None => None,
+                Some(path) => Some(std::fs::read(path).map_err(|e| {
+                    StartError::Config(format!("store.tls_ca: cannot read {}: {e}", path.display()))
+                })?),
+            };
             let store =
-                crate::store::redis::RedisStore::connect(urls, config.store.timeout).await?;
+                crate::store::redis::RedisStore::connect_with_ca(urls, config.store.timeout, ca)
+                    .await?;
             let region = match &config.region {
                 None => None,
                 Some(r) => {

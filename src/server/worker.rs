@@ -1,6 +1,7 @@
-//! The visitor listener's workers: one OS thread per core, each running a
-//! current-thread runtime with its own `SO_REUSEPORT` listener, its own
-//! connections and its own origin connection pool.
+//! The visitor listeners' workers: one OS thread per core, each running a
+//! current-thread runtime with its own `SO_REUSEPORT` listener (and one for
+//! TLS when `[tls]` is set), its own connections and its own origin
+//! connection pool.
 //!
 //! The kernel spreads new connections over the workers' listeners; from
 //! then on a connection, its requests and the origin connections they use
@@ -25,8 +26,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
+use tokio_rustls::TlsAcceptor;
 
 use super::conn::{self, Caps, HeadWatch};
+use super::redirect::Redirect;
 use super::{Limits, StartError};
 use crate::gate::{ConnInfo, Gate, SharedGate};
 
@@ -77,39 +80,74 @@ impl GateCache {
 pub struct Workers {
     /// Where they listen (one port, bound by each).
     pub addr: SocketAddr,
+    /// Where they accept TLS, when `[tls]` is configured.
+    pub tls_addr: Option<SocketAddr>,
     /// One per worker, resolved when it has drained and stopped.
     done: Vec<oneshot::Receiver<()>>,
 }
 
+/// The TLS listener, served by the same workers as the plain one.
+#[derive(Clone)]
+pub struct TlsListen {
+    pub addr: SocketAddr,
+    pub acceptor: TlsAcceptor,
+    /// Plain HTTP is answered with a redirect to this listener.
+    pub redirect_http: bool,
+}
+
+/// What every worker shares, cloned into each.
+#[derive(Clone)]
+pub struct Shared {
+    pub gates: SharedGate,
+    pub limits: Limits,
+    /// One set of caps for both listeners: a client's plain and TLS
+    /// connections count together.
+    pub caps: Caps,
+    pub stop: watch::Receiver<bool>,
+    /// The daemon's health check path (answered on plain HTTP even when
+    /// it redirects to https).
+    pub health_path: Arc<str>,
+}
+
 impl Workers {
     /// Binds `count` listeners on `addr` (the first picks the port when it
-    /// is 0) and starts a worker thread for each; returns once every one
-    /// listens.
+    /// is 0), and as many on the TLS address when given, and starts a
+    /// worker thread for each pair; returns once every one listens.
     pub async fn start(
         addr: SocketAddr,
+        tls: Option<TlsListen>,
         count: usize,
-        gates: SharedGate,
-        limits: Limits,
-        caps: Caps,
-        stop: watch::Receiver<bool>,
+        shared: Shared,
     ) -> Result<Self, StartError> {
         let bind_error = |addr, source| StartError::Bind { addr, source };
+        let count = count.max(1);
         let mut sockets = Vec::with_capacity(count);
         let mut bound = addr;
-        for _ in 0..count.max(1) {
+        for _ in 0..count {
             let socket = reuseport_socket(bound).map_err(|e| bind_error(bound, e))?;
             bound = socket.local_addr().map_err(|e| bind_error(bound, e))?;
             sockets.push(socket);
         }
+        let mut tls_sockets: Vec<Option<(TcpSocket, TlsListen)>> = Vec::with_capacity(count);
+        let mut tls_addr = None;
+        if let Some(mut tls) = tls {
+            for _ in 0..count {
+                let socket = reuseport_socket(tls.addr).map_err(|e| bind_error(tls.addr, e))?;
+                tls.addr = socket.local_addr().map_err(|e| bind_error(tls.addr, e))?;
+                tls_sockets.push(Some((socket, tls.clone())));
+            }
+            tls_addr = Some(tls.addr);
+        } else {
+            tls_sockets.resize_with(count, || None);
+        }
         let mut done = Vec::with_capacity(sockets.len());
         let mut listening = Vec::with_capacity(sockets.len());
-        for (index, socket) in sockets.into_iter().enumerate() {
+        for (index, (socket, tls)) in sockets.into_iter().zip(tls_sockets).enumerate() {
             let (finished, finished_rx) = oneshot::channel();
             done.push(finished_rx);
             let (ready, ready_rx) = oneshot::channel();
             listening.push(ready_rx);
-            let (gates, limits, caps, stop) =
-                (gates.clone(), limits.clone(), caps.clone(), stop.clone());
+            let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("waitroom-worker-{index}"))
                 .spawn(move || {
@@ -119,10 +157,7 @@ impl Workers {
                     {
                         Ok(runtime) => {
                             let local = tokio::task::LocalSet::new();
-                            local.block_on(
-                                &runtime,
-                                run(index, socket, ready, gates, limits, caps, stop),
-                            );
+                            local.block_on(&runtime, run(index, socket, tls, ready, shared));
                         }
                         Err(e) => tracing::error!(error = %e, "worker runtime failed to start"),
                     }
@@ -142,7 +177,11 @@ impl Workers {
                 }
             }
         }
-        Ok(Self { addr: bound, done })
+        Ok(Self {
+            addr: bound,
+            tls_addr,
+            done,
+        })
     }
 
     /// Waits until every worker has drained and stopped.
@@ -259,19 +298,24 @@ where
     conn.await
 }
 
-/// One worker: accepts on its own listener until told to stop, serves each
-/// connection on this thread, then drains.
+/// One worker: accepts on its plain listener (and its TLS listener, when
+/// there is one) until told to stop, then drains its connections.
 async fn run(
     index: usize,
     socket: TcpSocket,
+    tls: Option<(TcpSocket, TlsListen)>,
     ready: oneshot::Sender<std::io::Result<()>>,
-    gates: SharedGate,
-    limits: Limits,
-    caps: Caps,
-    mut stop: watch::Receiver<bool>,
+    shared: Shared,
 ) {
-    // Listening registers the socket with this thread's runtime.
-    let listener: TcpListener = match socket.listen(1024) {
+    // Listening registers the sockets with this thread's runtime.
+    let listened = socket.listen(1024).and_then(|plain| {
+        let tls = match tls {
+            Some((socket, tls)) => Some((socket.listen(1024)?, tls)),
+            None => None,
+        };
+        Ok((plain, tls))
+    });
+    let (plain, tls) = match listened {
         Ok(l) => {
             let _ = ready.send(Ok(()));
             l
@@ -281,28 +325,25 @@ async fn run(
             return;
         }
     };
-    let cache = Rc::new(GateCache::new(gates));
-    let serving = Rc::new(Serving::new(&limits));
-    let open = Open::default();
-
-    while let Some((stream, peer, admission)) = conn::accept(&listener, &caps, &mut stop).await {
-        let cache = cache.clone();
-        let info = Rc::new(ConnInfo::new(peer, index));
-        let svc = service_fn(move |req| {
-            let (gate, info) = (cache.get(), info.clone());
-            async move { Ok::<_, Infallible>(gate.handle(req, &info).await) }
-        });
-        let (serving, stop, open) = (serving.clone(), stop.clone(), open.enter());
-        tokio::task::spawn_local(async move {
-            let _open = open;
-            let _admission = admission;
-            if let Err(e) = serve(stream, svc, &serving, stop).await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(limits.drain_timeout, open.all_closed())
+    let worker = Worker {
+        index,
+        cache: Rc::new(GateCache::new(shared.gates.clone())),
+        serving: Rc::new(Serving::new(&shared.limits)),
+        open: Open::default(),
+        caps: shared.caps.clone(),
+        stop: shared.stop.clone(),
+    };
+    let redirect = tls
+        .as_ref()
+        .filter(|(_, t)| t.redirect_http)
+        .map(|(_, t)| Rc::new(Redirect::new(t.addr.port(), shared.health_path.clone())));
+    let tls_loop = async {
+        if let Some((listener, tls)) = tls {
+            worker.accept(listener, Some(tls.acceptor), None).await;
+        }
+    };
+    tokio::join!(worker.accept(plain, None, redirect), tls_loop);
+    if tokio::time::timeout(shared.limits.drain_timeout, worker.open.all_closed())
         .await
         .is_err()
     {
@@ -311,6 +352,119 @@ async fn run(
             "drain timed out; closing remaining connections"
         );
     }
+}
+
+/// One worker's state, shared by its accept loops.
+struct Worker {
+    index: usize,
+    cache: Rc<GateCache>,
+    serving: Rc<Serving>,
+    open: Open,
+    caps: Caps,
+    stop: watch::Receiver<bool>,
+}
+
+impl Worker {
+    /// Accepts on `listener` until told to stop: TLS connections when
+    /// `tls` is given; plain ones otherwise, answered with a redirect to
+    /// https when `redirect` is given.
+    async fn accept(
+        &self,
+        listener: TcpListener,
+        tls: Option<TlsAcceptor>,
+        redirect: Option<Rc<Redirect>>,
+    ) {
+        let mut stop = self.stop.clone();
+        while let Some((stream, peer, admission)) =
+            conn::accept(&listener, &self.caps, &mut stop).await
+        {
+            let cache = self.cache.clone();
+            let info = ConnInfo::new(peer, self.index);
+            let info = Rc::new(if tls.is_some() { info.over_tls() } else { info });
+            let (serving, stop, open) = (self.serving.clone(), stop.clone(), self.open.enter());
+            let (tls, redirect) = (tls.clone(), redirect.clone());
+            tokio::task::spawn_local(async move {
+                let _open = open;
+                let _admission = admission;
+                let served = match (tls, redirect) {
+                    (Some(acceptor), _) => {
+                        let svc = service_fn(move |req| {
+                            let (gate, info) = (cache.get(), info.clone());
+                            async move { Ok::<_, Infallible>(gate.handle(req, &info).await) }
+                        });
+                        serve_tls(stream, &acceptor, svc, &serving, stop).await
+                    }
+                    (None, Some(redirect)) => {
+                        let svc = service_fn(move |req| {
+                            let (redirect, gate, info) =
+                                (redirect.clone(), cache.get(), info.clone());
+                            async move {
+                                let resp = match redirect.answer(&req) {
+                                    Some(resp) => resp,
+                                    None => gate.handle(req, &info).await,
+                                };
+                                Ok::<_, Infallible>(resp)
+                            }
+                        });
+                        serve(stream, svc, &serving, stop).await
+                    }
+                    (None, None) => {
+                        let svc = service_fn(move |req| {
+                            let (gate, info) = (cache.get(), info.clone());
+                            async move { Ok::<_, Infallible>(gate.handle(req, &info).await) }
+                        });
+                        serve(stream, svc, &serving, stop).await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+            });
+        }
+    }
+}
+
+/// Serves one TLS connection: the handshake first, bounded by
+/// `header_read_timeout` like a plain connection's first bytes; then
+/// HTTP/2 or HTTP/1.1 as ALPN chose (HTTP/1.1 when the client offered
+/// no ALPN).
+async fn serve_tls<S>(
+    stream: TcpStream,
+    acceptor: &TlsAcceptor,
+    svc: S,
+    serving: &Serving,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: hyper::service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<crate::body::Body>,
+            Error = Infallible,
+        > + 'static,
+    S::Future: 'static,
+{
+    let stream =
+        match tokio::time::timeout(serving.header_read_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "TLS handshake failed");
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::debug!("connection closed: no TLS handshake in time");
+                return Ok(());
+            }
+        };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2);
+    let io = TokioIo::new(HeadWatch::new(stream));
+    if h2 {
+        let conn = serving.http2.serve_connection(io, svc);
+        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+    } else {
+        let conn = serving.http1.serve_connection(io, svc).with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+    }
+    Ok(())
 }
 
 /// Serves one connection as HTTP/1.1 or HTTP/2, told apart by its first

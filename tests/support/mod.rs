@@ -47,6 +47,7 @@ pub fn config(origin: SocketAddr) -> Config {
             timeout: Duration::from_millis(500),
             fail_mode: FailMode::Open,
             instances: 1,
+            tls_ca: None,
         },
         cookie: CookieConfig {
             keys: vec![Secret32(KEY)],
@@ -62,6 +63,7 @@ pub fn config(origin: SocketAddr) -> Config {
         },
         rooms: vec![room("shop", "/")],
         region: None,
+        tls: None,
     }
 }
 

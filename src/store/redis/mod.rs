@@ -173,10 +173,34 @@ impl RedisStore {
     /// the seed nodes). Fails if the first connection is not made within
     /// `timeout`; after that, lost connections are re-established on their own.
     pub async fn connect(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        Self::connect_with_ca(urls, timeout, None).await
+    }
+
+    /// As [`RedisStore::connect`]; `rediss://` servers are checked against
+    /// the CAs in `ca` (PEM) when given, else against the system's roots.
+    pub async fn connect_with_ca(
+        urls: &[String],
+        timeout: Duration,
+        ca: Option<Vec<u8>>,
+    ) -> Result<Self, StoreError> {
+        // The client builds its rustls config with the process default provider.
+        if urls.iter().any(|u| u.starts_with("rediss://")) {
+            crate::tls::install_default_provider();
+        }
+        let certs = |ca: &Option<Vec<u8>>| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: ca.clone(),
+        };
         let conn = match urls {
             [] => return Err(StoreError::Unavailable("no Redis URL configured".into())),
             [url] => {
-                let client = redis::Client::open(url.as_str()).map_err(|e| map_error(&e))?;
+                let client = match &ca {
+                    Some(_) if url.starts_with("rediss://") => {
+                        redis::Client::build_with_tls(url.as_str(), certs(&ca))
+                    }
+                    _ => redis::Client::open(url.as_str()),
+                }
+                .map_err(|e| map_error(&e))?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -189,11 +213,13 @@ impl RedisStore {
                 Connection::Single(manager)
             }
             seeds => {
-                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                     .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()
-                    .map_err(|e| map_error(&e))?;
+                    .response_timeout(timeout);
+                if ca.is_some() && seeds.iter().all(|u| u.starts_with("rediss://")) {
+                    builder = builder.certs(certs(&ca));
+                }
+                let client = builder.build().map_err(|e| map_error(&e))?;
                 let conn = bounded(timeout, client.get_async_connection()).await??;
                 Connection::Cluster(conn)
             }
