@@ -577,5 +577,8 @@ async fn the_rate_limit_holds_across_regions_and_is_used() {
         .collect();
     assert!(low.is_empty(), "windows below 90 % of the rate: {low:?}");
     let total: u64 = ledger.seen.values().map(|(_, n)| n).sum();
-    assert!(total >= 3 * room.new_users_per_minute, "{total} admissions in 4 minutes");
+    assert!(
+        total >= 3 * room.new_users_per_minute,
+        "{total} admissions in 4 minutes"
+    );
 }

@@ -314,9 +314,10 @@ impl Region {
         self.publish_grant(room, applied.grant());
         if let Some(t) = &self.telemetry {
             if room.new_users_per_minute > 0 {
-                t.metrics
-                    .region
-                    .set_rate_grant(&room.room, applied.rate_raised.saturating_sub(applied.rate_lowered));
+                t.metrics.region.set_rate_grant(
+                    &room.room,
+                    applied.rate_raised.saturating_sub(applied.rate_lowered),
+                );
             }
         }
         Ok(Synced::Done {
