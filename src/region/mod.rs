@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use crate::clock::Millis;
 use crate::config::RegionConfig;
 use crate::gate::SharedGate;
-use crate::store::redis::region::{Anywhere, Bound};
+use crate::store::redis::region::{Anywhere, Bound, RateGrant};
 use crate::store::redis::{bounded, map_error, RedisStore};
 use crate::store::{RoomPolicy, StoreError, SEQ_PER_MS};
 use crate::telemetry::Telemetry;
@@ -68,6 +68,11 @@ pub struct SyncReply {
     pub bound: u64,
     /// Slots no region's grant holds (the Anywhere pool) after this sync.
     pub free: u64,
+    /// This region's admission-token totals in the global store, and the
+    /// rate grant it wants the region to hold (all 0 for an unrated room).
+    pub rate_raised: u64,
+    pub rate_returned: u64,
+    pub rate_target: u64,
 }
 
 /// What one sync of one room did (for tests, the benchmark and logs).
@@ -242,7 +247,10 @@ impl Region {
             .arg(snap.head_seq)
             .arg(snap.arrivals)
             .arg(0)
-            .arg(snap.samples_text());
+            .arg(snap.samples_text())
+            .arg(room.new_users_per_minute)
+            .arg(snap.window)
+            .arg(snap.rate_lowered);
         // Off the request path: a slow global store may take up to an interval.
         let timeout = self.sync_interval.max(self.request_timeout);
         let reply = self.call(timeout, &inv).await.and_then(|v| decode_sync(&v));
@@ -274,9 +282,14 @@ impl Region {
                 reply.returned,
                 Some(reply.target),
                 bound,
+                RateGrant {
+                    raised: reply.rate_raised,
+                    returned: reply.rate_returned,
+                    target: Some(reply.rate_target),
+                },
             )
             .await?;
-        if applied.given > 0 {
+        if applied.given > 0 || applied.rate_given > 0 {
             // Given back here first; now the global store may hand them out.
             let mut inv = self.sync.prepare_invoke();
             inv.key(key.as_str())
@@ -291,11 +304,22 @@ impl Region {
                 .arg(0)
                 .arg(0)
                 .arg(1)
-                .arg("");
+                .arg("")
+                .arg(room.new_users_per_minute)
+                .arg(0)
+                .arg(applied.rate_lowered);
             let r = self.call(timeout, &inv).await;
             self.outcome(&r);
         }
         self.publish_grant(room, applied.grant());
+        if let Some(t) = &self.telemetry {
+            if room.new_users_per_minute > 0 {
+                t.metrics.region.set_rate_grant(
+                    &room.room,
+                    applied.rate_raised.saturating_sub(applied.rate_lowered),
+                );
+            }
+        }
         Ok(Synced::Done {
             grant: applied.grant(),
             reply,
@@ -308,14 +332,16 @@ impl Region {
         }
     }
 
-    /// Asks the global store for up to `wanted` Anywhere slots of `room`;
-    /// returns how many it gave (added to the region's grant there).
+    /// Asks the global store for up to `wanted` Anywhere slots of `room`
+    /// (and as many admission tokens, for a rated room); returns the
+    /// region's slot totals there, the slots given, and the token totals
+    /// there (the token target is `None`), as [`Anywhere`] applies them.
     pub async fn take_anywhere(
         &self,
         room: &RoomPolicy,
         wanted: u64,
         now_ms: Millis,
-    ) -> Result<(u64, u64, u64), StoreError> {
+    ) -> Result<(u64, u64, u64, RateGrant), StoreError> {
         let key = regions_key(&room.room);
         let mut inv = self.anywhere.prepare_invoke();
         inv.key(key.as_str())
@@ -323,11 +349,17 @@ impl Region {
             .arg(self.name.as_ref())
             .arg(room.total_active_users)
             .arg(self.lease_ms())
-            .arg(wanted);
+            .arg(wanted)
+            .arg(room.new_users_per_minute);
         let reply = self.call(self.request_timeout, &inv).await;
         let reply = reply.and_then(|v| {
-            let [raised, returned, given] = three(&v)?;
-            Ok((raised, returned, given))
+            let [raised, returned, given, rate_raised, rate_returned, rate_given] = six(&v)?;
+            let rate = RateGrant {
+                raised: rate_raised,
+                returned: rate_returned,
+                target: None,
+            };
+            Ok((raised, returned, given.max(rate_given), rate))
         });
         self.outcome(&reply);
         reply
@@ -369,7 +401,8 @@ impl Anywhere for Region {
             // background sync finds out when the global store is back.
             return;
         }
-        let Ok((raised, returned, given)) = self.take_anywhere(room, wanted, now_ms).await else {
+        let Ok((raised, returned, given, rate)) = self.take_anywhere(room, wanted, now_ms).await
+        else {
             return;
         };
         if given == 0 {
@@ -379,7 +412,7 @@ impl Anywhere for Region {
             t.metrics.region.anywhere(&room.room, given);
         }
         if let Err(e) = store
-            .region_apply(room, now_ms, raised, returned, None, Bound::Keep)
+            .region_apply(room, now_ms, raised, returned, None, Bound::Keep, rate)
             .await
         {
             // The next sync brings the regional totals up to the global ones.
@@ -399,10 +432,10 @@ fn int(v: &Value) -> Option<u64> {
     }
 }
 
-fn three(v: &Value) -> Result<[u64; 3], StoreError> {
+fn six(v: &Value) -> Result<[u64; 6], StoreError> {
     match v {
-        Value::Array(items) if items.len() == 3 => {
-            let mut out = [0; 3];
+        Value::Array(items) if items.len() == 6 => {
+            let mut out = [0; 6];
             for (o, i) in out.iter_mut().zip(items) {
                 *o = int(i).ok_or_else(|| protocol("region_anywhere", v))?;
             }
@@ -418,13 +451,18 @@ fn decode_sync(v: &Value) -> Result<SyncReply, StoreError> {
     };
     let n: Option<Vec<u64>> = items.iter().map(int).collect();
     match n.as_deref() {
-        Some(&[raised, returned, target, bound, free]) => Ok(SyncReply {
-            raised,
-            returned,
-            target,
-            bound,
-            free,
-        }),
+        Some(&[raised, returned, target, bound, free, rate_raised, rate_returned, rate_target]) => {
+            Ok(SyncReply {
+                raised,
+                returned,
+                target,
+                bound,
+                free,
+                rate_raised,
+                rate_returned,
+                rate_target,
+            })
+        }
         _ => Err(protocol("region_sync", v)),
     }
 }

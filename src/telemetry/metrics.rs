@@ -314,6 +314,7 @@ impl Metrics {
 #[derive(Default)]
 pub struct RegionMetrics {
     grant: Family<RoomLabel, Gauge>,
+    rate_grant: Family<RoomLabel, Gauge>,
     anywhere: Family<RoomLabel, Counter>,
     sync_failures: Counter,
     degraded: Gauge,
@@ -325,6 +326,11 @@ impl RegionMetrics {
             "region_grant",
             "Sessions this region may hold at once (its grant from the global store)",
             self.grant.clone(),
+        );
+        registry.register(
+            "region_rate_grant",
+            "Admissions this region may make per rate window (its admission tokens from the global store)",
+            self.rate_grant.clone(),
         );
         registry.register(
             "region_anywhere_slots",
@@ -345,6 +351,14 @@ impl RegionMetrics {
 
     pub fn set_grant(&self, room: &str, grant: u64) {
         self.grant
+            .get_or_create(&RoomLabel {
+                room: room.to_owned(),
+            })
+            .set(grant.min(i64::MAX as u64) as i64);
+    }
+
+    pub fn set_rate_grant(&self, room: &str, grant: u64) {
+        self.rate_grant
             .get_or_create(&RoomLabel {
                 room: room.to_owned(),
             })

@@ -41,6 +41,11 @@ pub struct Snapshot {
     pub head_seq: u64,
     /// New visitors since the previous sync.
     pub arrivals: u64,
+    /// Admissions in the rate window: admission tokens in use (I2).
+    pub window: u64,
+    /// The regional `r_raised` and `r_lowered` totals (admission tokens).
+    pub rate_raised: u64,
+    pub rate_lowered: u64,
     /// (rank, seq) samples of the queue from the head to the last place.
     pub samples: Vec<(u64, u64)>,
 }
@@ -73,12 +78,25 @@ pub struct Applied {
     pub lowered: u64,
     /// Slots given back now (the region must report its new `lowered`).
     pub given: u64,
+    /// The same for admission tokens.
+    pub rate_raised: u64,
+    pub rate_lowered: u64,
+    pub rate_given: u64,
 }
 
 impl Applied {
     pub fn grant(&self) -> u64 {
         self.raised.saturating_sub(self.lowered)
     }
+}
+
+/// The global store's admission-token totals for a region and the rate
+/// grant it wants the region to hold (`None`: keep).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateGrant {
+    pub raised: u64,
+    pub returned: u64,
+    pub target: Option<u64>,
 }
 
 /// Another region's oldest waiting visitor, as the global store last said.
@@ -133,7 +151,7 @@ impl RedisStore {
             .map(super::as_u64)
             .collect::<Option<_>>()
             .ok_or_else(bad)?;
-        if nums.len() < 6 || nums.len() % 2 != 0 {
+        if nums.len() < 9 || nums.len() % 2 != 1 {
             return Err(bad());
         }
         Ok(Some(Snapshot {
@@ -143,13 +161,19 @@ impl RedisStore {
             queued: nums[3],
             head_seq: nums[4],
             arrivals: nums[5],
-            samples: nums[6..].chunks(2).map(|p| (p[0], p[1])).collect(),
+            window: nums[6],
+            rate_raised: nums[7],
+            rate_lowered: nums[8],
+            samples: nums[9..].chunks(2).map(|p| (p[0], p[1])).collect(),
         }))
     }
 
     /// Applies the global store's totals for this region (the larger of
     /// ours and theirs), lowers the grant toward `target` (never below the
-    /// active sessions), and sets the cross-region FIFO bound.
+    /// active sessions), does the same for the admission tokens (never
+    /// below the admissions in the rate window), and sets the cross-region
+    /// FIFO bound.
+    #[allow(clippy::too_many_arguments)]
     pub async fn region_apply(
         &self,
         room: &RoomPolicy,
@@ -158,6 +182,7 @@ impl RedisStore {
         returned: u64,
         target: Option<u64>,
         bound: Bound,
+        rate: RateGrant,
     ) -> Result<Applied, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
@@ -172,11 +197,20 @@ impl RedisStore {
             Bound::None => inv.arg(0).arg(0),
             Bound::Seq { seq, until_ms } => inv.arg(seq).arg(until_ms),
         };
-        let [raised, lowered, given] = ints::<3>("region_apply", &inner.run(&inv).await?)?;
+        inv.arg(rate.raised).arg(rate.returned);
+        match rate.target {
+            Some(t) => inv.arg(t),
+            None => inv.arg(-1),
+        };
+        let [raised, lowered, given, rate_raised, rate_lowered, rate_given] =
+            ints::<6>("region_apply", &inner.run(&inv).await?)?;
         Ok(Applied {
             raised,
             lowered,
             given,
+            rate_raised,
+            rate_lowered,
+            rate_given,
         })
     }
 }

@@ -21,7 +21,7 @@ local function room_now()
     if capped then
         free = math.min(free, cap - active_n)
     end
-    if rate > 0 then
+    if rated then
         free = math.min(free, rate - window_n)
     end
     return free > 0
@@ -130,7 +130,7 @@ if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue
     if capped then
         free = math.min(free, cap - active_n)
     end
-    if rate > 0 then
+    if rated then
         free = math.min(free, rate - window_n)
     end
     local n = #visitors

@@ -45,7 +45,8 @@ local floor = tonumber(meta[1] or '0')
 -- already apply an operator's change this one has not read yet: the
 -- stored change counts too (the higher rate, any method but fifo).
 local bound = -1
-local eff_rate, eff_method = rate, method
+-- (In region mode the room's rate, not the region's grant: a bound on it.)
+local eff_rate, eff_method = room_rate, method
 local stored = redis.call('GET', K_OVERRIDES)
 if stored then
     local ok, o = pcall(cjson.decode, stored)
@@ -58,7 +59,7 @@ if stored then
         end
     end
 end
-if method == 'fifo' and eff_method == 'fifo' and rate > 0 and len >= min_queue then
+if method == 'fifo' and eff_method == 'fifo' and rated and len >= min_queue then
     counts()
     -- Admissions that leave the window within ahead_ms free as many places.
     local leaving = admissions(redis.call('ZRANGEBYSCORE', K_ADMITS,

@@ -69,12 +69,26 @@ end
 -- gave back), so a grant of 0 admits nobody. `region_bound` is the oldest
 -- waiting seq in the other regions, as of the last sync, until g_bound_until
 -- (nil: none): FIFO promotion stops before it and newcomers do not jump it.
+--
+-- The rate limit works the same way (I2 across regions): an admission
+-- holds one of the region's *admission tokens* for the rate window (60 s)
+-- after it was made, and the region holds at most its rate grant of them,
+-- kept as r_raised and r_lowered. So in region mode a rated room admits
+-- while the window holds fewer admissions than the rate grant, not the
+-- room's rate; `room_rate` keeps the room's (an upper bound on any grant).
 local region_mode = ARGV[2] == 'grant'
 local region_bound
+-- Whether the room has a rate limit (`rate` may be a grant of 0).
+local rated = rate > 0
+local room_rate = rate
 if region_mode then
-    local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until')
+    local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until',
+        'r_raised', 'r_lowered')
     cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
     capped = true
+    if rated then
+        rate = math.max(0, tonumber(g[5] or '0') - tonumber(g[6] or '0'))
+    end
     local b, b_until = tonumber(g[3] or '0'), tonumber(g[4] or '0')
     if b > 0 and b_until > now then
         region_bound = b
@@ -235,7 +249,7 @@ local function free_room()
     if capped then
         free = math.min(free, cap - active_n)
     end
-    if rate > 0 then
+    if rated then
         free = math.min(free, rate - window_n)
     end
     return free

@@ -6,15 +6,22 @@
 -- visitors waiting: they arrived first (I3).
 -- KEYS[1] = wrg:{room}:regions
 -- ARGV: 1 now  2 region  3 limit  4 lease (ms)  5 slots wanted
--- Returns {raised, returned, slots given}.
--- One region's record: "raised returned active queued head traffic at
--- anywhere" (integers but traffic; not JSON, whose numbers keep only 14
--- digits and a head seq has 15).
-local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere' }
+-- 6 the room's rate (0: none)
+-- Admission tokens (I2) come with the slots, up to as many, from the
+-- tokens no region holds: a newcomer held for want of either asks here.
+-- Returns {raised, returned, slots given, rraised, rreturned, tokens given}.
+-- One region's record: as in region_sync.lua (keep the two in step).
+local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere',
+    'samples', 'rraised', 'rreturned', 'window' }
 local function decode(text)
     local r, i = {}, 1
+    r.samples = {}
     for word in string.gmatch(text, '%S+') do
-        if FIELDS[i] then
+        if FIELDS[i] == 'samples' then
+            for rank, seq in string.gmatch(word, '(%d+):(%d+)') do
+                r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
+            end
+        elseif FIELDS[i] then
             r[FIELDS[i]] = tonumber(word) or 0
         end
         i = i + 1
@@ -25,8 +32,16 @@ local function decode(text)
     return r
 end
 local function encode(r)
-    return string.format('%d %d %d %d %d %.3f %d %d', r.raised, r.returned, r.active,
-        r.queued, r.head, r.traffic, r.at, r.anywhere)
+    local parts = {}
+    for i, p in ipairs(r.samples or {}) do
+        parts[i] = string.format('%d:%d', p[1], p[2])
+    end
+    local samples = table.concat(parts, ',')
+    if samples == '' then
+        samples = '-'
+    end
+    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d', r.raised, r.returned, r.active,
+        r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised, r.rreturned, r.window)
 end
 
 local K = KEYS[1]
@@ -36,13 +51,15 @@ local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local wanted = tonumber(ARGV[5])
 
-local granted = 0
+local rate_limit = tonumber(ARGV[6] or '0')
+local granted, rgranted = 0, 0
 local me
 local blocked = false
 local raw = redis.call('HGETALL', K)
 for i = 1, #raw, 2 do
     local r = decode(raw[i + 1])
     granted = granted + (r.raised or 0) - (r.returned or 0)
+    rgranted = rgranted + r.rraised - r.rreturned
     if raw[i] == me_name then
         me = r
     elseif now - (r.at or 0) <= lease and (r.queued or 0) > 0 then
@@ -51,12 +68,17 @@ for i = 1, #raw, 2 do
 end
 me = me or decode('')
 local given = 0
+local rgiven = 0
 if not blocked then
     given = math.max(0, math.min(wanted, limit - granted))
+    if rate_limit > 0 then
+        rgiven = math.max(0, math.min(wanted, rate_limit - rgranted))
+    end
 end
-if given > 0 then
-    me.raised = (me.raised or 0) + given
-    me.anywhere = (me.anywhere or 0) + given
+if given > 0 or rgiven > 0 then
+    me.raised = me.raised + given
+    me.anywhere = me.anywhere + given
+    me.rraised = me.rraised + rgiven
     redis.call('HSET', K, me_name, encode(me))
 end
-return { me.raised or 0, me.returned or 0, given }
+return { me.raised, me.returned, given, me.rraised, me.rreturned, rgiven }

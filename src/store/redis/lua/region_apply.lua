@@ -5,10 +5,13 @@
 -- ours and theirs is safe in any order, however late the answer), ARGV[15]
 -- = the target grant (-1: keep), ARGV[16] = the other regions' oldest
 -- waiting seq (0: nobody waits, -1: leave as is), ARGV[17] = until when
--- (ms) that bound holds.
+-- (ms) that bound holds. ARGV[18], ARGV[19], ARGV[20]: the same three for
+-- the admission tokens (r_raised, r_lowered, target; see lua/prelude.lua),
+-- lowered never below the admissions still in the rate window.
 -- A raise counts only because the global store granted it first; a lower
 -- is made here first (never below the active sessions) and reported after.
--- Returns {g_raised, g_lowered, slots given back now}.
+-- Returns {g_raised, g_lowered, slots given back now, r_raised, r_lowered,
+-- tokens given back now}.
 housekeep()
 local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered')
 local raised = math.max(tonumber(g[1] or '0'), tonumber(ARGV[13]))
@@ -24,7 +27,23 @@ if target >= 0 and target < before then
         lowered = lowered + given
     end
 end
-redis.call('HSET', K_META, 'g_raised', int(raised), 'g_lowered', int(lowered))
+local rg = redis.call('HMGET', K_META, 'r_raised', 'r_lowered')
+local r_raised = math.max(tonumber(rg[1] or '0'), tonumber(ARGV[18] or '0'))
+local r_lowered = math.max(tonumber(rg[2] or '0'), tonumber(ARGV[19] or '0'))
+local r_target = tonumber(ARGV[20] or '-1')
+local r_before = math.max(0, r_raised - r_lowered)
+local r_given = 0
+if r_target >= 0 and r_target < r_before then
+    -- A token held by an admission still in the window is not free yet:
+    -- whoever got it back could admit in a window this admission is in.
+    local after = math.max(window_n, r_target)
+    if after < r_before then
+        r_given = r_before - after
+        r_lowered = r_lowered + r_given
+    end
+end
+redis.call('HSET', K_META, 'g_raised', int(raised), 'g_lowered', int(lowered),
+    'r_raised', int(r_raised), 'r_lowered', int(r_lowered))
 local bound = tonumber(ARGV[16])
 if bound == 0 then
     redis.call('HDEL', K_META, 'g_bound', 'g_bound_until')
@@ -35,6 +54,9 @@ elseif bound > 0 then
 end
 -- Waiting visitors may go in at once with a higher grant or a lifted bound.
 cap = math.max(0, raised - lowered)
+if rated then
+    rate = math.max(0, r_raised - r_lowered)
+end
 promote()
 redis.call('PEXPIRE', K_META, key_ttl_ms)
-return { raised, lowered, given }
+return { raised, lowered, given, r_raised, r_lowered, r_given }

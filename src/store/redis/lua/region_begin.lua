@@ -6,7 +6,8 @@
 -- even if another instance holds it.
 -- Returns nil when another instance holds the turn, else {active,
 -- g_raised, g_lowered, queued, head seq (0: nobody waits), arrivals since
--- the last sync, then (rank, seq) pairs sampling the queue}.
+-- the last sync, admissions in the rate window, r_raised, r_lowered (the
+-- admission-token totals), then (rank, seq) pairs sampling the queue}.
 -- No promotion here: whom the region may let in depends on the bound the
 -- global store is about to send (region_apply promotes).
 housekeep()
@@ -15,7 +16,8 @@ if ARGV[14] ~= '1' and turn > now then
     return false
 end
 counts()
-local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_arrivals', 'g_arrivals_seen')
+local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_arrivals', 'g_arrivals_seen',
+    'r_raised', 'r_lowered')
 local arrivals = tonumber(g[3] or '0')
 local seen = tonumber(g[4] or '0')
 if seen > arrivals then
@@ -31,6 +33,9 @@ local out = {
     queued,
     0,
     arrivals - seen,
+    window_n,
+    tonumber(g[5] or '0'),
+    tonumber(g[6] or '0'),
 }
 -- (rank, seq) samples of the queue, from the head to the last place, so
 -- the global store can tell how many wait here up to any arrival time.

@@ -14,29 +14,33 @@
 -- 9 head seq (0: nobody waits)  10 arrivals since its last sync
 -- 11 '1': only record `lowered` (the region gave slots back just now)
 -- 12 (rank, seq) samples of its queue: "rank:seq,rank:seq" 
+-- 13 the room's rate (new_users_per_minute; 0: none)  14 admissions in the
+-- region's rate window  15 its r_lowered (admission tokens given back)
 -- Returns {raised, returned, target grant, frontier seq (0: none: every
--- waiting visitor fits), free slots}.
+-- waiting visitor fits), free slots, rraised, rreturned, target rate
+-- grant}.
 -- One region's record: "raised returned active queued head traffic at
--- anywhere samples" (integers but traffic; samples "rank:seq,..."; not
--- JSON, whose numbers keep only 14 digits and a seq has 15).
-local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere' }
+-- anywhere samples rraised rreturned window" (integers but traffic;
+-- samples "rank:seq,..."; not JSON, whose numbers keep only 14 digits and
+-- a seq has 15). rraised and rreturned are the admission-token totals,
+-- kept like raised and returned (docs/regions.md, I2).
+local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere',
+    'samples', 'rraised', 'rreturned', 'window' }
 local function decode(text)
     local r, i = {}, 1
+    r.samples = {}
     for word in string.gmatch(text, '%S+') do
-        if FIELDS[i] then
+        if FIELDS[i] == 'samples' then
+            for rank, seq in string.gmatch(word, '(%d+):(%d+)') do
+                r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
+            end
+        elseif FIELDS[i] then
             r[FIELDS[i]] = tonumber(word) or 0
         end
         i = i + 1
     end
     for _, f in ipairs(FIELDS) do
         r[f] = r[f] or 0
-    end
-    r.samples = {}
-    local text = string.match(text, '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ (%S+)')
-    if text then
-        for rank, seq in string.gmatch(text, '(%d+):(%d+)') do
-            r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
-        end
     end
     return r
 end
@@ -49,8 +53,8 @@ local function encode(r)
     if samples == '' then
         samples = '-'
     end
-    return string.format('%d %d %d %d %d %.3f %d %d %s', r.raised, r.returned, r.active,
-        r.queued, r.head, r.traffic, r.at, r.anywhere, samples)
+    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d', r.raised, r.returned, r.active,
+        r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised, r.rreturned, r.window)
 end
 
 local K = KEYS[1]
@@ -68,10 +72,13 @@ end
 local me = regions[me_name] or decode('')
 regions[me_name] = me
 me.returned = math.max(me.returned or 0, tonumber(ARGV[7]))
+local rate_limit = tonumber(ARGV[13] or '0')
+me.rreturned = math.max(me.rreturned, tonumber(ARGV[15] or '0'))
 if ARGV[11] == '1' then
     redis.call('HSET', K, me_name, encode(me))
-    return { me.raised, me.returned, 0, 0, 0 }
+    return { me.raised, me.returned, 0, 0, 0, me.rraised, me.rreturned, 0 }
 end
+me.window = tonumber(ARGV[14] or '0')
 me.active = tonumber(ARGV[6])
 me.queued = tonumber(ARGV[8])
 me.head = tonumber(ARGV[9])
@@ -215,5 +222,49 @@ if target > grant then
     end
 end
 
+-- Admission tokens (I2): the same arithmetic, where a token is in use
+-- while the admission that took it is in the rate window. The unused
+-- tokens follow the slots: in proportion to each region's new admissions
+-- above (queue share, then traffic), with the same part left to Anywhere
+-- while nobody waits.
+local rtarget = 0
+if rate_limit > 0 then
+    local rgranted, rused = 0, 0
+    for _, r in pairs(regions) do
+        local g = r.rraised - r.rreturned
+        rgranted = rgranted + g
+        if live(r) then
+            rused = rused + math.min(r.window, g)
+        else
+            rused = rused + g
+        end
+    end
+    local runused = math.max(0, rate_limit - rused)
+    local rshare = runused
+    if queued_total == 0 then
+        rshare = runused - math.floor(runused * reserve / 1000)
+    end
+    local weight, weights = 0, 0
+    for _, name in ipairs(names) do
+        weights = weights + alloc[name]
+    end
+    if weights > 0 then
+        weight = (alloc[me_name] or 0) / weights
+    elseif total > 0 then
+        weight = (me.traffic or 0) / total
+    elseif #names > 0 then
+        weight = 1 / #names
+    end
+    rtarget = me.window + math.floor(rshare * weight)
+    local rgrant = me.rraised - me.rreturned
+    if rtarget > rgrant then
+        local add = math.min(rtarget - rgrant, rate_limit - rgranted)
+        if add > 0 then
+            me.rraised = me.rraised + add
+        end
+    end
+end
+
 redis.call('HSET', K, me_name, encode(me))
-return { me.raised, me.returned, target, frontier, math.max(0, limit - granted) }
+return { me.raised, me.returned, target, frontier, math.max(0, limit - granted), me.rraised,
+    me.rreturned, rtarget }

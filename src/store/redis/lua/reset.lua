@@ -14,13 +14,25 @@ local last_seq = tonumber(redis.call('HGET', KEYS[5], 'last_seq') or '0')
 local floor = math.max(tonumber(ARGV[1]), last_seq + 1)
 -- Region mode: the region's grant totals outlive a reset (the global store
 -- counts them; see lua/prelude.lua).
-local grant = redis.call('HMGET', KEYS[5], 'g_raised', 'g_lowered', 'g_arrivals')
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+-- So do its admission tokens and the admissions holding them (the rate
+-- window): the region may give a token back only once its admission has
+-- left the window, reset or not.
+local grant = redis.call('HMGET', KEYS[5], 'g_raised', 'g_lowered', 'g_arrivals',
+    'r_raised', 'r_lowered', 'window', 'admitted')
+if grant[4] then
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
+else
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+end
 local f = string.format('%d', floor)
 redis.call('HSET', KEYS[5], 'last_seq', f, 'reset_floor', f)
 if grant[1] then
     redis.call('HSET', KEYS[5], 'g_raised', grant[1], 'g_lowered', grant[2] or '0',
         'g_arrivals', grant[3] or '0')
+end
+if grant[4] then
+    redis.call('HSET', KEYS[5], 'r_raised', grant[4], 'r_lowered', grant[5] or '0',
+        'window', grant[6] or '0', 'admitted', grant[7] or '0')
 end
 redis.call('PEXPIRE', KEYS[5], ARGV[2])
 return 1
