@@ -571,11 +571,21 @@ async fn the_tls_listener_keeps_the_per_address_cap_and_drains_on_shutdown() {
     let answer = support::raw::read_response(&mut plain).await;
     assert_eq!(answer.status, 200);
     let mut tls = http1_over(connect(addr, Some("shop.test"), &[b"http/1.1"]).await).await;
+    let origin_connections = site._origin.connections.clone();
     let slow = tokio::spawn(async move { get_status(&mut tls, "/slow?ms=800").await });
     // The third is closed at once, long before the 10 s header timeout.
     let mut third = TcpStream::connect(addr).await.unwrap();
     assert!(closed_within(&mut third, Duration::from_secs(3)).await);
-    // Shutdown lets the request in flight over TLS finish.
+    // Shutdown lets the request in flight over TLS finish: shut down once
+    // the slow request is in flight (the origin has its connection).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while origin_connections.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow request never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     site.daemon.shutdown().await;
     assert_eq!(slow.await.unwrap(), 200);
 }
