@@ -28,6 +28,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+/// A global region script: the record codec (`region_record.lua`) in front
+/// of it, as `prelude.lua` is for the room scripts.
+macro_rules! region_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../store/redis/lua/region_record.lua"),
+            "\n",
+            include_str!(concat!("../store/redis/lua/", $file))
+        )
+    };
+}
+
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -128,8 +140,8 @@ impl Region {
             request_timeout,
             sync_interval: config.sync_interval,
             reserve_permille: DEFAULT_RESERVE_PERMILLE,
-            sync: Script::new(include_str!("../store/redis/lua/region_sync.lua")),
-            anywhere: Script::new(include_str!("../store/redis/lua/region_anywhere.lua")),
+            sync: Script::new(region_script!("region_sync.lua")),
+            anywhere: Script::new(region_script!("region_anywhere.lua")),
             degraded: AtomicBool::new(false),
             telemetry,
         })

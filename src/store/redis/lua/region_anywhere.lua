@@ -10,39 +10,7 @@
 -- Admission tokens (I2) come with the slots, up to as many, from the
 -- tokens no region holds: a newcomer held for want of either asks here.
 -- Returns {raised, returned, slots given, rraised, rreturned, tokens given}.
--- One region's record: as in region_sync.lua (keep the two in step).
-local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere',
-    'samples', 'rraised', 'rreturned', 'window' }
-local function decode(text)
-    local r, i = {}, 1
-    r.samples = {}
-    for word in string.gmatch(text, '%S+') do
-        if FIELDS[i] == 'samples' then
-            for rank, seq in string.gmatch(word, '(%d+):(%d+)') do
-                r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
-            end
-        elseif FIELDS[i] then
-            r[FIELDS[i]] = tonumber(word) or 0
-        end
-        i = i + 1
-    end
-    for _, f in ipairs(FIELDS) do
-        r[f] = r[f] or 0
-    end
-    return r
-end
-local function encode(r)
-    local parts = {}
-    for i, p in ipairs(r.samples or {}) do
-        parts[i] = string.format('%d:%d', p[1], p[2])
-    end
-    local samples = table.concat(parts, ',')
-    if samples == '' then
-        samples = '-'
-    end
-    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d', r.raised, r.returned, r.active,
-        r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised, r.rreturned, r.window)
-end
+-- Records are decoded and encoded by region_record.lua (in front).
 
 local K = KEYS[1]
 local now = tonumber(ARGV[1])

@@ -1,0 +1,41 @@
+-- Prelude of the global region scripts (region_sync, region_anywhere):
+-- the codec of one region's record in wrg:{room}:regions. The Rust side
+-- concatenates it in front of each, as lua/prelude.lua for room scripts.
+--
+-- One region's record: "raised returned active queued head traffic at
+-- anywhere samples rraised rreturned window" (integers but traffic;
+-- samples "rank:seq,..."; not JSON, whose numbers keep only 14 digits and
+-- a seq has 15). rraised and rreturned are the admission-token totals,
+-- kept like raised and returned (docs/regions.md, I2).
+local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere',
+    'samples', 'rraised', 'rreturned', 'window' }
+local function decode(text)
+    local r, i = {}, 1
+    r.samples = {}
+    for word in string.gmatch(text, '%S+') do
+        if FIELDS[i] == 'samples' then
+            for rank, seq in string.gmatch(word, '(%d+):(%d+)') do
+                r.samples[#r.samples + 1] = { tonumber(rank), tonumber(seq) }
+            end
+        elseif FIELDS[i] then
+            r[FIELDS[i]] = tonumber(word) or 0
+        end
+        i = i + 1
+    end
+    for _, f in ipairs(FIELDS) do
+        r[f] = r[f] or 0
+    end
+    return r
+end
+local function encode(r)
+    local parts = {}
+    for i, p in ipairs(r.samples or {}) do
+        parts[i] = string.format('%d:%d', p[1], p[2])
+    end
+    local samples = table.concat(parts, ',')
+    if samples == '' then
+        samples = '-'
+    end
+    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d', r.raised, r.returned, r.active,
+        r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised, r.rreturned, r.window)
+end
