@@ -610,11 +610,7 @@ impl Gate {
                 self.store
                     .call(self.store.shared.release(&policy, visitor, ctx.now))
                     .await?;
-                room.metrics.challenged.inc();
-                let challenge =
-                    self.proofs
-                        .issue(&room.config.id, room.config.proof_of_work, ctx.now);
-                return Ok(Decision::Challenge(challenge));
+                return Ok(Decision::Challenge(self.challenge(room, ctx.now)));
             }
             Verdict::Queued(_) => {
                 room.set_queueing(true);
@@ -635,8 +631,7 @@ impl Gate {
         req: &Request<Incoming>,
         ctx: &Ctx<'_>,
     ) -> Result<Proof, StoreError> {
-        let bits = room.config.proof_of_work;
-        if bits == 0 || !room.is_queueing(ctx.now) {
+        if !room.asks_proof(ctx.now) {
             return Ok(Proof::NotAsked);
         }
         let id = room.config.id.as_str();
@@ -657,22 +652,22 @@ impl Gate {
                     if noted.added == 1 {
                         return Ok(Proof::Proven);
                     }
-                    Some("replayed")
+                    Some(proof::Refusal::Replayed)
                 }
-                Some(Err(why)) => Some(match why {
-                    proof::Refusal::Malformed => "malformed",
-                    proof::Refusal::Forged => "forged",
-                    proof::Refusal::OtherRoom => "for another room",
-                    proof::Refusal::Expired => "expired",
-                    proof::Refusal::TooWeak => "too weak",
-                }),
+                Some(Err(why)) => Some(why),
             };
         if let Some(why) = refused {
             room.metrics.proof_refused.inc();
-            tracing::debug!(room = id, client = %ctx.client, why, "proof of work refused");
+            tracing::debug!(room = id, client = %ctx.client, %why, "proof of work refused");
         }
+        Ok(Proof::Wanted(self.challenge(room, ctx.now)))
+    }
+
+    /// A fresh proof-of-work challenge for `room`, counted.
+    fn challenge(&self, room: &Room, now: Millis) -> proof::Challenge {
         room.metrics.challenged.inc();
-        Ok(Proof::Wanted(self.proofs.issue(id, bits, ctx.now)))
+        self.proofs
+            .issue(&room.config.id, room.config.proof_of_work, now)
     }
 
     fn verdict(
@@ -944,11 +939,8 @@ impl Gate {
             ),
             // No ticket while the room wants a proof of work: the challenge,
             // for apps to solve and hand in with their next request.
-            None if room.config.proof_of_work > 0 && room.is_queueing(ctx.now) => {
-                room.metrics.challenged.inc();
-                let challenge =
-                    self.proofs
-                        .issue(&room.config.id, room.config.proof_of_work, ctx.now);
+            None if room.asks_proof(ctx.now) => {
+                let challenge = self.challenge(&room, ctx.now);
                 (self.challenge_status(&room, &challenge, ctx.now), None)
             }
             // No ticket: loading the room's page will hand one out.

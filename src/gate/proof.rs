@@ -71,6 +71,9 @@ pub enum Refusal {
     Expired,
     #[error("not enough work")]
     TooWeak,
+    /// Good, but handed in before (the store knew its nonce).
+    #[error("replayed")]
+    Replayed,
 }
 
 /// Issues and checks challenges.
@@ -92,11 +95,16 @@ impl Proofs {
         }
     }
 
-    fn mac(&self, body: &str) -> [u8; MAC_LEN] {
+    /// The MAC of a challenge's body, before finalising.
+    fn keyed(&self, body: &str) -> Hmac<Sha256> {
         let mut mac = self.keyed.clone();
         mac.update(b"waitroom/proof\0");
         mac.update(body.as_bytes());
-        let full = mac.finalize().into_bytes();
+        mac
+    }
+
+    fn mac(&self, body: &str) -> [u8; MAC_LEN] {
+        let full = self.keyed(body).finalize().into_bytes();
         let mut out = [0u8; MAC_LEN];
         out.copy_from_slice(&full[..MAC_LEN]);
         out
@@ -134,11 +142,8 @@ impl Proofs {
             Ok(MAC_LEN) => {}
             _ => return Err(Refusal::Malformed),
         }
-        let mut check = self.keyed.clone();
-        check.update(b"waitroom/proof\0");
-        check.update(body.as_bytes());
         // Constant time, on the truncated tag.
-        check
+        self.keyed(body)
             .verify_truncated_left(&given)
             .map_err(|_| Refusal::Forged)?;
         // Authentic from here on.

@@ -146,6 +146,11 @@ impl Room {
         }
     }
 
+    /// Whether a new visitor must first do the room's proof of work.
+    pub fn asks_proof(&self, now: Millis) -> bool {
+        self.config.proof_of_work > 0 && self.is_queueing(now)
+    }
+
     /// Records whether the room is queueing new visitors.
     pub fn set_queueing(&self, queueing: bool) {
         if self.queueing.load(Ordering::Relaxed) != queueing {
