@@ -204,20 +204,10 @@ pub fn sanitize_outbound(headers: &mut HeaderMap, command: &HeaderName) -> Optio
 /// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
 /// peer appended) only when the peer is trusted; otherwise they are
 /// replaced. `peer` is the peer address as header text (formatted once per
-/// connection).
+/// connection); `scheme` is what the visitor connected with (`"https"` on
+/// the TLS listener), what `X-Forwarded-Proto` says when no trusted proxy
+/// said it.
 pub fn set_forwarded(
-    headers: &mut HeaderMap,
-    peer: &HeaderValue,
-    trusted: bool,
-    host: HeaderValue,
-) {
-    set_forwarded_as(headers, peer, trusted, host, "http");
-}
-
-/// [`set_forwarded`] for a request that came in over `scheme` (`"https"`
-/// on the TLS listener): what `X-Forwarded-Proto` says when no trusted
-/// proxy said it.
-pub fn set_forwarded_as(
     headers: &mut HeaderMap,
     peer: &HeaderValue,
     trusted: bool,
@@ -401,6 +391,7 @@ mod tests {
             &peer_text(peer),
             false,
             HeaderValue::from_static("shop.example"),
+            "http",
         );
         assert_eq!(h["x-forwarded-for"], "10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -415,6 +406,7 @@ mod tests {
             &peer_text(peer),
             true,
             HeaderValue::from_static("shop.example"),
+            "http",
         );
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "https");

@@ -133,7 +133,7 @@ impl Proxy {
         let upgrade = headers::sanitize_inbound(headers, out.peer_trusted, upgrades);
         let host = &out.canonical.host_header;
         let scheme = if out.tls { "https" } else { "http" };
-        headers::set_forwarded_as(
+        headers::set_forwarded(
             headers,
             out.peer_text,
             out.peer_trusted,

@@ -42,14 +42,22 @@ impl Signer {
         }
     }
 
-    fn mac(&self, visitor: &[u8], room: &str, unix_s: u64) -> [u8; 32] {
+    /// The HMAC of the documented message, before finalising.
+    fn keyed(&self, visitor: &[u8], room: &str, unix_s: u64) -> Hmac<Sha256> {
         let mut mac = self.keyed.clone();
         mac.update(visitor);
         mac.update(b"\n");
         mac.update(room.as_bytes());
         mac.update(b"\n");
         mac.update(itoa::Buffer::new().format(unix_s).as_bytes());
-        mac.finalize().into_bytes().into()
+        mac
+    }
+
+    fn mac(&self, visitor: &[u8], room: &str, unix_s: u64) -> [u8; 32] {
+        self.keyed(visitor, room, unix_s)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
     /// The header value for `visitor` in `room` at `unix_s`.
@@ -95,14 +103,11 @@ impl Signer {
             let hex = std::str::from_utf8(pair).ok()?;
             given[i] = u8::from_str_radix(hex, 16).ok()?;
         }
-        let mut mac = self.keyed.clone();
-        mac.update(visitor_hex.as_bytes());
-        mac.update(b"\n");
-        mac.update(room.as_bytes());
-        mac.update(b"\n");
-        mac.update(itoa::Buffer::new().format(t).as_bytes());
         // `verify_slice` compares in constant time.
-        mac.verify_slice(&given).ok().map(|()| room)
+        self.keyed(visitor_hex.as_bytes(), room, t)
+            .verify_slice(&given)
+            .ok()
+            .map(|()| room)
     }
 }
 
