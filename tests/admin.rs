@@ -339,15 +339,7 @@ async fn metrics_show_rooms_decisions_and_proxy_figures() {
     // History keeps one sample per 5 s of the daemon's clock.
     h.clock.advance(Duration::from_secs(5));
     h.daemon.gate().refresh_room_figures().await;
-    let text = h
-        .bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics().await;
     for needle in [
         "waitroom_room_active{room=\"shop\"} 2",
         "waitroom_room_queued{room=\"shop\"} 1",

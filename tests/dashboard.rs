@@ -351,15 +351,7 @@ async fn time_in_queue_median_and_90th_percentile() {
         close(wait["p90_seconds"].as_f64().unwrap(), 300.0),
         "{wait}"
     );
-    let metrics = h
-        .bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains("waitroom_queue_wait_seconds_count{room=\"shop\"} 5"),
         "{metrics}"

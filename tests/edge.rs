@@ -43,6 +43,17 @@ fn challenge_of(json: &serde_json::Value) -> Challenge {
     }
 }
 
+/// The answer to `req` as an app gets it: the status JSON.
+async fn as_app(req: reqwest::RequestBuilder) -> serde_json::Value {
+    req.header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Fills the room (limit 1) so that it queues.
 async fn fill(h: &Harness) -> reqwest::Client {
     let first = h.visitor();
@@ -92,14 +103,7 @@ async fn no_queue_place_exists_without_a_solved_proof_of_work() {
 
     // Apps read the challenge from the JSON and hand the solution back.
     let app = h.visitor();
-    let json: serde_json::Value = from(&app, &h.url("/"), "192.0.2.10")
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json = as_app(from(&app, &h.url("/"), "192.0.2.10")).await;
     let solution = proof::solve(&challenge_of(&json));
     let resp = from(&app, &h.url("/"), "192.0.2.10")
         .header("x-waitroom-proof", &solution)
@@ -166,15 +170,7 @@ async fn no_queue_place_exists_without_a_solved_proof_of_work() {
     );
 
     // The metrics count it.
-    let metrics = h
-        .bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(metrics.contains(r#"outcome="challenged""#), "{metrics}");
     assert!(metrics.contains(r#"outcome="proof_refused""#), "{metrics}");
 }
@@ -188,14 +184,7 @@ async fn the_proof_cookie_never_reaches_the_origin() {
     .await;
     let _first = fill(&h).await;
     // The room's page, as an app asks for it: the room is full, so a challenge.
-    let json: serde_json::Value = from(&h.bare(), &h.url("/"), "192.0.2.21")
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json = as_app(from(&h.bare(), &h.url("/"), "192.0.2.21")).await;
     let solution = proof::solve(&challenge_of(&json));
     // Solved while the room is full: queued; then room frees and it is admitted.
     let v = h.visitor();
@@ -258,24 +247,10 @@ async fn a_bound_ticket_is_no_ticket_on_another_network() {
         &with("2001:db8::1", &admitted).send().await.unwrap()
     ));
     // A copied queue ticket from yet another network gets its own place, behind.
-    let json: serde_json::Value = with("192.0.2.1", &queued)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json = as_app(with("192.0.2.1", &queued)).await;
     assert_eq!(json["state"], "queued");
     assert!(json["position"].as_u64().unwrap() > 1, "{json}");
-    let json: serde_json::Value = with("203.0.113.77", &queued)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json = as_app(with("203.0.113.77", &queued)).await;
     assert_eq!(json["position"], 1, "the owner keeps its place: {json}");
 }
 
@@ -318,15 +293,7 @@ async fn an_admitted_ticket_shared_across_many_networks_is_ended() {
         resp.json::<serde_json::Value>().await.unwrap()["state"],
         "queued"
     );
-    let metrics = h
-        .bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     let shared = metrics
         .lines()
         .find(|l| l.contains(r#"outcome="shared""#))

@@ -487,15 +487,7 @@ async fn new_tickets_are_limited_per_address_and_polls_are_not() {
     h.clock.advance(Duration::from_secs(1));
     assert_eq!(h.bare().get(h.url("/")).send().await.unwrap().status(), 200);
     assert_eq!(h.bare().get(h.url("/")).send().await.unwrap().status(), 429);
-    let metrics = h
-        .bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(metrics.contains("outcome=\"limited\""), "{metrics}");
 }
 

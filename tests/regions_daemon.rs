@@ -56,18 +56,6 @@ fn in_region<'a>(
     }
 }
 
-/// The daemon's `/metrics` text.
-async fn metrics(h: &Harness) -> String {
-    h.bare()
-        .get(h.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The value of the region grant gauge for room "shop", once a sync set it.
 fn grant_of(metrics: &str) -> Option<u64> {
     metrics
@@ -127,7 +115,7 @@ async fn two_regions_share_the_capacity_and_admit_the_queue_as_sessions_end() {
     // The sync task runs in each daemon: its grant is on /metrics.
     for h in both {
         until("the region grant on /metrics", &a.clock, || async {
-            grant_of(&metrics(h).await).is_some()
+            grant_of(&h.metrics().await).is_some()
         })
         .await;
     }
@@ -199,7 +187,7 @@ async fn two_regions_share_the_capacity_and_admit_the_queue_as_sessions_end() {
     }
     assert!(active(&both).await <= LIMIT);
     for h in both {
-        let m = metrics(h).await;
+        let m = h.metrics().await;
         assert!(grant_of(&m).is_some(), "{m}");
         assert!(m.contains("waitroom_region_degraded 0"), "{m}");
     }

@@ -174,6 +174,18 @@ impl Harness {
         resp.json().await.unwrap()
     }
 
+    /// The admin listener's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.bare()
+            .get(self.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The daemon's store.
     pub fn store(&self) -> SharedStore {
         self.daemon.gate().store.shared.clone()
