@@ -432,3 +432,28 @@ async fn calls_that_timed_out_in_a_frozen_redis_never_land() {
         1
     );
 }
+
+/// A room nobody uses any more leaves nothing behind: every key an arrival
+/// creates expires, including one created between the arrivals' periodic
+/// expiry refreshes (every 10 s, not every call).
+#[tokio::test]
+async fn keys_made_by_arrivals_expire() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    // 1 ms later, inside the refresh interval: the queue's keys are new.
+    place(&store.arrive(&p, vid(2), T0 + 1).await.unwrap());
+    for key in ["sessions", "admits", "meta", "queue", "polls"] {
+        let key = format!("wr:{{room-a}}:{key}");
+        let ttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!(ttl > 0, "{key} has no expiry ({ttl})");
+    }
+    // Emptied (its key gone) and made again within the interval: the new
+    // key gets an expiry too.
+    let _: i64 = server.cmd(&["DEL", "wr:{room-a}:sessions"]);
+    assert!(is_admitted(
+        &store.arrive(&policy(0, 0), vid(3), T0 + 2).await.unwrap()
+    ));
+    let ttl: i64 = server.cmd(&["PTTL", "wr:{room-a}:sessions"]);
+    assert!(ttl > 0, "sessions made again has no expiry ({ttl})");
+}

@@ -88,7 +88,7 @@ impl StoreGuard {
         let policy = room.policy_at(now);
         let visitor = VisitorId::random();
         let shared = self
-            .timed(room, self.shared.arrive(&policy, visitor, now))
+            .timed(room, self.shared.arrive_new(&policy, visitor, now))
             .await;
         match shared {
             Ok(verdict) => Ok((visitor, verdict)),
@@ -99,7 +99,7 @@ impl StoreGuard {
                 match self.local_policy(room) {
                     Some((local, policy)) => {
                         let visitor = VisitorId::random();
-                        let verdict = local.arrive(&policy, visitor, now).await?;
+                        let verdict = local.arrive_new(&policy, visitor, now).await?;
                         Ok((visitor, verdict))
                     }
                     None => Err(e),

@@ -392,6 +392,19 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError>;
 
+    /// `arrive` for a visitor whose id was just made for it
+    /// ([`VisitorId::random`]), so it holds no session and no place: a
+    /// store may skip looking it up. The daemon's new visitors all come
+    /// this way.
+    async fn arrive_new(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        self.arrive(room, visitor, now_ms).await
+    }
+
     /// A queued visitor polls. `seq` is the order its ticket carries: if the
     /// store has no entry and no session for the visitor, the entry is put
     /// back at `seq` (I5), unless the place was ended ([`Verdict::Ended`]).

@@ -224,7 +224,14 @@ pub async fn capacity_holds_under_concurrent_arrivals(h: &Harness) {
                 let v = VisitorId::random();
                 // Clocks read a little apart, as on a busy server.
                 let now = T0 + ((t * per_task + i) % 7) as Millis;
-                out.push((v, store.arrive(&p, v, now).await.unwrap()));
+                // Half come the daemon's way (an id just made, looked up by
+                // nobody), mixed with the others in the same batches.
+                let verdict = if t % 2 == 0 {
+                    store.arrive_new(&p, v, now).await
+                } else {
+                    store.arrive(&p, v, now).await
+                };
+                out.push((v, verdict.unwrap()));
             }
             out
         }));

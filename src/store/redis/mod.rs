@@ -383,8 +383,9 @@ impl Inner {
             // Region mode: whoever finds the region's slots used up is held
             // back to try the Anywhere pool (`region`).
             let hold = self.regional(&policy) && policy.method != QueueingMethod::Passthrough;
+            let fresh = batch.iter().all(|w| w.fresh);
             let decided = self
-                .decide_arrivals(&policy, now, deadline, &visitors, hold)
+                .decide_arrivals(&policy, now, deadline, &visitors, Flags { hold, fresh })
                 .await;
             match decided {
                 Ok(verdicts) => {
@@ -426,20 +427,18 @@ impl Inner {
     }
 
     /// One `arrive_many` call: a verdict per visitor, `None` for one held
-    /// back (only with `hold`).
+    /// back (only with `flags.hold`).
     async fn decide_arrivals(
         &self,
         policy: &RoomPolicy,
         now: Millis,
         deadline: i64,
         visitors: &[VisitorId],
-        hold: bool,
+        flags: Flags,
     ) -> Result<Vec<Option<Verdict>>, StoreError> {
         let keys = RoomKeys::new(&policy.room);
         let mut inv = self.room_call(&self.scripts.arrive, &keys, policy, now, deadline);
-        if hold {
-            inv.arg("hold");
-        }
+        inv.arg(flags.arg());
         for v in visitors {
             inv.arg(v.to_hex());
         }
@@ -465,8 +464,15 @@ impl Inner {
             };
             hook.take(&store, &policy, visitors.len() as u64, now).await;
         }
+        let fresh = held.iter().all(|(w, _)| w.fresh);
         let decided = self
-            .decide_arrivals(&policy, now, deadline, &visitors, false)
+            .decide_arrivals(
+                &policy,
+                now,
+                deadline,
+                &visitors,
+                Flags { hold: false, fresh },
+            )
             .await;
         for (w, at) in held {
             let verdict = match &decided {
@@ -619,12 +625,16 @@ fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
     Ok(out)
 }
 
-/// Decodes a batch's verdicts: four integers each (see `lua/arrive_many.lua`);
-/// `None` for a visitor held back for the Anywhere pool.
+/// Decodes a batch's verdicts: four integers each, or the seven of the
+/// common case (see `lua/arrive_many.lua`); `None` for a visitor held back
+/// for the Anywhere pool.
 fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
     let Value::Array(items) = v else {
         return Err(protocol("verdicts", v));
     };
+    if items.len() == 7 && as_u64(&items[0]) == Some(0) {
+        return decode_compact(v, n);
+    }
     if items.len() != 4 * n {
         return Err(protocol("verdicts", v));
     }
@@ -655,6 +665,31 @@ fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreErr
             _ => Err(protocol("verdicts", v)),
         })
         .collect()
+}
+
+/// The common case's seven integers: `admitted` visitors admitted, `held`
+/// held, `queued` queued at consecutive seqs and positions from the first.
+fn decode_compact(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
+    let [_, admitted, expiry, held, queued, seq, position] = ints::<7>("verdicts", v)?;
+    let counts = [admitted, held, queued].map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+    if counts.iter().try_fold(0usize, |sum, c| sum.checked_add(*c)) != Some(n) {
+        return Err(protocol("verdicts", v));
+    }
+    let admitted = std::iter::repeat_n(
+        Some(Verdict::Admitted {
+            session_expires_ms: expiry,
+        }),
+        counts[0],
+    );
+    let held = std::iter::repeat_n(None, counts[1]);
+    let queued = (0..queued).map(|k| {
+        Some(Verdict::Queued(QueuePlace {
+            seq: seq + k,
+            position: position + k,
+            queue_length: position + k,
+        }))
+    });
+    Ok(admitted.chain(held).chain(queued).collect())
 }
 
 /// Decodes `lua/frontier.lua`'s answer.
@@ -729,18 +764,40 @@ fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
     }
 }
 
-#[async_trait]
-impl Store for RedisStore {
-    async fn arrive(
+/// How `lua/arrive_many.lua` decides a batch (its ARGV[13]).
+#[derive(Clone, Copy)]
+struct Flags {
+    /// Hold back whoever finds the region's grant used up (region mode).
+    hold: bool,
+    /// Every id was just made ([`Store::arrive_new`]): look nobody up.
+    fresh: bool,
+}
+
+impl Flags {
+    fn arg(self) -> &'static str {
+        match (self.hold, self.fresh) {
+            (false, false) => "-",
+            (true, false) => "h",
+            (false, true) => "n",
+            (true, true) => "hn",
+        }
+    }
+}
+
+impl RedisStore {
+    /// Joins the room's next arrival batch and waits for its verdict.
+    async fn arrive_in_batch(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        fresh: bool,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let (reply, verdict) = tokio::sync::oneshot::channel();
         let waiter = Waiter {
             policy: room.clone(),
             visitor,
+            fresh,
             now: now_ms,
             deadline_us: self.inner.deadline_us(),
             reply,
@@ -754,6 +811,27 @@ impl Store for RedisStore {
         verdict
             .await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("arrival batch dropped".into())))
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn arrive(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        self.arrive_in_batch(room, visitor, false, now_ms).await
+    }
+
+    async fn arrive_new(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        self.arrive_in_batch(room, visitor, true, now_ms).await
     }
 
     async fn poll(

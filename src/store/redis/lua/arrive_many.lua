@@ -1,17 +1,29 @@
 -- arrive: visitors without a valid ticket arrive, decided one after the
 -- other in one atomic run, each exactly as if it had run alone (the
--- daemon gathers concurrent arrivals to a room into one call). ARGV[13..]
--- = visitors, each named once. Returns four integers per visitor, in order:
+-- daemon gathers concurrent arrivals to a room into one call), each named
+-- once (ARGV below). Returns either four integers per visitor,
+-- in order:
 --   {1, session expiry, 0, 0} | {2, seq, position, length} | {3, reason, 0, 0}
+--   | {5, 0, 0, 0} (held, see below)
+-- or, for the common case (every visitor new to an open FIFO room), the
+-- same verdicts in seven integers whatever the batch size:
+--   {0, admitted, session expiry, held, queued, first seq, first position}
+-- the first `admitted` visitors admitted, the next `held` held, the rest
+-- queued at consecutive seqs and positions (each one's queue length is its
+-- position, as it is for one queued alone).
 --
 -- The decisions read counts kept in locals; the writes are gathered and
 -- made once at the end (one command per key), which is most of the saving
 -- over one script per visitor.
 housekeep()
-promote()
 counts()
+-- Whether the sessions and the window were empty, so that this run (or
+-- the promotion just below) creates their keys.
+local active_before, window_before = active_n, window_n
+promote()
 
-local waiting = redis.call('ZCARD', K_QUEUE)
+local waiting = queue_n or redis.call('ZCARD', K_QUEUE)
+local waiting_before = waiting
 local queued_n, rejected_n = 0, 0
 local new_sessions, new_places, new_polls = {}, {}, {}
 local admitted_n = 0
@@ -39,25 +51,36 @@ local function admit_later(visitor)
     return ADMITTED, expiry_n, 0, 0
 end
 
--- Whether each visitor already holds a session or a place: two commands
--- for the whole call (new visitors, the usual case, hold neither).
--- Region mode: ARGV[13] = 'hold' asks for visitors who find no room (and
--- nobody waiting ahead, here or in another region) to be answered {5, 0,
--- 0, 0} and left undecided, so the caller can try the Anywhere pool first.
-local hold = ARGV[13] == 'hold'
-local first_visitor = 13
-if hold then
-    first_visitor = 14
-end
+-- ARGV[13] = flags, ARGV[14..] = the visitors. Flags:
+--   'h' (region mode): visitors who find no room (and nobody waiting ahead,
+--       here or in another region) are answered {5, 0, 0, 0} and left
+--       undecided, so the caller can try the Anywhere pool first;
+--   'n': every visitor's id was just made for it (VisitorId::random), so
+--       none can hold a session or a place and nobody is looked up.
+-- Otherwise whether each visitor already holds a session or a place is
+-- two commands for the whole call.
+local flags = ARGV[13]
+local hold = string.find(flags, 'h', 1, true) ~= nil
 local HELD = 5
 -- Newcomers do not jump another region's older waiters either.
 local nobody_ahead = region_bound == nil
 local visitors = {}
-for i = first_visitor, #ARGV do
+for i = 14, #ARGV do
     visitors[#visitors + 1] = ARGV[i]
 end
-local held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(visitors))
-local held_places = redis.call('ZMSCORE', K_QUEUE, unpack(visitors))
+local held_sessions, held_places = {}, {}
+local fresh = string.find(flags, 'n', 1, true) ~= nil
+if not fresh then
+    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(visitors))
+    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(visitors))
+    fresh = true
+    for i = 1, #visitors do
+        if held_sessions[i] or held_places[i] then
+            fresh = false
+            break
+        end
+    end
+end
 
 local function decide(i, visitor)
     local expiry = held_sessions[i]
@@ -112,46 +135,37 @@ local function decide(i, visitor)
     return QUEUED, seq, waiting, waiting
 end
 
-local out = {}
-local fresh = true
-for i = 1, #visitors do
-    if held_sessions[i] or held_places[i] then
-        fresh = false
-        break
-    end
-end
+local out
 
-if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue == 0
-    and nobody_ahead then
+if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     -- The common case, decided in two tight loops: newcomers to an open
-    -- FIFO room nobody waits in are admitted while there is room, and the
-    -- rest queue in arrival order.
-    local free = math.huge
-    if capped then
-        free = math.min(free, cap - active_n)
-    end
-    if rated then
-        free = math.min(free, rate - window_n)
-    end
+    -- FIFO room are admitted while there is room and nobody waits (here, or
+    -- ahead in another region), and the rest queue in arrival order (or,
+    -- with `hold`, are held while nobody waits).
     local n = #visitors
-    local admit_n = math.max(0, math.min(free, n))
+    local admit_n, held_n = 0, 0
+    if waiting == 0 and nobody_ahead then
+        local free = math.huge
+        if capped then
+            free = math.min(free, cap - active_n)
+        end
+        if rated then
+            free = math.min(free, rate - window_n)
+        end
+        admit_n = math.max(0, math.min(free, n))
+        if hold then
+            held_n = n - admit_n
+        end
+    end
     for i = 1, admit_n do
         new_sessions[2 * i - 1] = expiry_s
         new_sessions[2 * i] = visitors[i]
-        local at = 4 * (i - 1)
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = ADMITTED, expiry_n, 0, 0
     end
     admitted_n = admit_n
     active_n = active_n + admit_n
     window_n = window_n + admit_n
-    if hold then
-        for i = admit_n + 1, n do
-            local at = 4 * (i - 1)
-            out[at + 1], out[at + 2], out[at + 3], out[at + 4] = HELD, 0, 0, 0
-        end
-        n = admit_n
-    end
-    for i = admit_n + 1, n do
+    local first_seq, first_position = 0, 0
+    for i = admit_n + held_n + 1, n do
         local seq = next_seq()
         local visitor = visitors[i]
         new_places[#new_places + 1] = int(seq)
@@ -159,19 +173,30 @@ if fresh and state == 'open' and method == 'fifo' and waiting == 0 and max_queue
         new_polls[#new_polls + 1] = visitor
         new_polls[#new_polls + 1] = now_s
         waiting = waiting + 1
-        local at = 4 * (i - 1)
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = QUEUED, seq, waiting, waiting
+        if first_seq == 0 then
+            first_seq, first_position = seq, waiting
+        end
     end
-    queued_n = n - admit_n
+    queued_n = n - admit_n - held_n
+    out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
 else
+    out = {}
     for i, visitor in ipairs(visitors) do
         local at = 4 * (i - 1)
         out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, visitor)
     end
 end
 
+-- Keys this run may create get their expiry now (`keep_alive`).
+local created = {}
 if #new_sessions > 0 then
     redis.call('ZADD', K_SESSIONS, unpack(new_sessions))
+end
+if active_before == 0 and active_n > 0 then
+    created[#created + 1] = K_SESSIONS
+end
+if window_before == 0 and window_n > 0 then
+    created[#created + 1] = K_ADMITS
 end
 if admitted_n > 0 then
     -- One window member for this call's admissions.
@@ -183,6 +208,10 @@ if #new_places > 0 then
     redis.call('ZADD', K_QUEUE, unpack(new_places))
     redis.call('HSET', K_POLLS, unpack(new_polls))
     redis.call('HINCRBY', K_META, 'queued', queued_n)
+    if waiting_before == 0 then
+        created[#created + 1] = K_QUEUE
+        created[#created + 1] = K_POLLS
+    end
 end
 if region_mode then
     -- The region's traffic, which its share of the free slots follows.
@@ -192,9 +221,5 @@ if rejected_n > 0 then
     redis.call('HINCRBY', K_META, 'rejected', rejected_n)
 end
 save_last_seq()
--- Arrivals create the room's keys: give them their expiry at once (the
--- periodic maintenance keeps it moving).
-for i = 1, 7 do
-    redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
-end
+keep_alive(created)
 return out

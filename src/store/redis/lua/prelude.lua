@@ -135,8 +135,9 @@ local function admissions(members)
 end
 
 -- Active sessions and admissions in the window, read once per run and
--- kept up to date by admit() and promote().
-local active_n, window_n
+-- kept up to date by admit() and promote(); the queue's length as
+-- promote() left it (nil if it did not look).
+local active_n, window_n, queue_n
 
 -- What every decision depends on: expired sessions and admissions outside
 -- the window are gone.
@@ -229,15 +230,46 @@ local function maintain()
     end
 end
 
+-- The highest seq handed out so far (nil until read), and when the room's
+-- keys last had their expiry moved (see `keep_alive`).
+local last_seq, ttl_at
+
 local function counts()
     if not active_n then
         active_n = redis.call('ZCARD', K_SESSIONS)
-        window_n = tonumber(redis.call('HGET', K_META, 'window') or '0')
+        local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_at')
+        window_n = tonumber(m[1] or '0')
+        if not last_seq then
+            last_seq = tonumber(m[2] or '0')
+        end
+        ttl_at = tonumber(m[3] or '0')
         -- The count lives beside the window; should the window key be gone
         -- alone (evicted), the count goes too rather than block admissions.
         if window_n ~= 0 and redis.call('EXISTS', K_ADMITS) == 0 then
             window_n = 0
             redis.call('HDEL', K_META, 'window')
+        end
+    end
+end
+
+-- How often an arrival run moves every key's expiry (maintain() does it
+-- too, but a room must expire even if nothing calls maintain any more).
+local TTL_REFRESH_MS = 10000
+
+-- For runs that write the room's keys: the keys in `created` (those this
+-- run may have created) get their expiry at once, and every
+-- TTL_REFRESH_MS all of them do. Far cheaper than an expiry per key per run.
+local function keep_alive(created)
+    counts()
+    if math.abs(now - ttl_at) >= TTL_REFRESH_MS then
+        redis.call('HSET', K_META, 'ttl_at', now_s)
+        ttl_at = now
+        for i = 1, 7 do
+            redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
+        end
+    else
+        for _, key in ipairs(created) do
+            redis.call('PEXPIRE', key, key_ttl_ms)
         end
     end
 end
@@ -290,6 +322,7 @@ local function promote()
     local chosen = {}
     for _ = 1, 4 do
         local waiting = redis.call('ZCARD', K_QUEUE)
+        queue_n = waiting
         local n = math.min(free_room() - #chosen, waiting, PROMOTE_MAX - #chosen)
         if n <= 0 then
             break
@@ -308,6 +341,7 @@ local function promote()
         end
         local gone, keep = gone_of(candidates)
         drop(gone)
+        queue_n = waiting - #gone - #keep
         if #keep > 0 then
             redis.call('ZREM', K_QUEUE, unpack(keep))
             redis.call('HDEL', K_POLLS, unpack(keep))
@@ -357,8 +391,6 @@ local function place_of(visitor)
     local rank = redis.call('ZRANK', K_QUEUE, visitor)
     return { QUEUED, tonumber(seq), rank + 1, redis.call('ZCARD', K_QUEUE) }
 end
-
-local last_seq
 
 -- The highest seq handed out so far.
 local function read_last_seq()
