@@ -56,7 +56,9 @@ if me.at > 0 then
     me.traffic = 0.5 * (me.traffic or 0) + 0.5 * arrivals
 else
     me.traffic = arrivals
+    me.since = now
 end
+me.recent = arrivals
 me.at = now
 
 local function live(r)
@@ -159,19 +161,44 @@ local total = 0
 for _, name in ipairs(names) do
     total = total + (regions[name].traffic or 0)
 end
--- A region holds at most a few intervals of its own arrivals beyond its
+-- Warm-up: for one lease after the global store first heard of the room,
+-- a region that has not reported yet cannot be told apart from one that
+-- does not exist, so the free slots are not shared out among those that
+-- did (the first to report would hold them all for an interval): each
+-- region holds one interval of its own arrivals (and one slot) beyond its
+-- share of the queue, and the rest stays in the Anywhere pool, which any
+-- region reaches in one round trip. A record from before `since` was kept
+-- reads 0: an old room, no warm-up.
+local born = now
+for _, r in pairs(regions) do
+    if (r.at or 0) > 0 and r.since < born then
+        born = r.since
+    end
+end
+local warming = now - born < lease
+-- A region holds at most a few intervals of its recent need beyond its
 -- share of the queue: slots a quiet region holds are slots a busy one
 -- cannot have until the next sync, while the Anywhere pool serves any.
 local DEMAND_INTERVALS = 4
+local demand_intervals = DEMAND_INTERVALS
+if warming then
+    demand_intervals = 1
+end
 if share > 0 then
     for _, name in ipairs(names) do
+        local r = regions[name]
+        local traffic = r.traffic or 0
+        local a
         if total > 0 then
-            local traffic = regions[name].traffic or 0
-            local a = math.floor(share * traffic / total)
-            alloc[name] = alloc[name] + math.min(a, math.ceil(DEMAND_INTERVALS * traffic) + 1)
+            a = math.floor(share * traffic / total)
         else
-            alloc[name] = alloc[name] + math.floor(share / #names)
+            a = math.floor(share / #names)
         end
+        if total > 0 or warming then
+            local need = traffic
+            a = math.min(a, math.ceil(demand_intervals * need) + 1)
+        end
+        alloc[name] = alloc[name] + a
     end
 end
 local target = me.active + (alloc[me_name] or 0)
