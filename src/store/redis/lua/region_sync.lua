@@ -78,7 +78,17 @@ for _, r in pairs(regions) do
     end
 end
 local unused = math.max(0, limit - used)
-local share = unused - math.floor(unused * reserve / 1000)
+-- While nobody waits, part of the unused slots stays in the Anywhere pool:
+-- `reserve` of them, and never less than POOL_FLOOR_PERMILLE of the limit
+-- (all of them when fewer are unused). Slots a region holds serve only its
+-- own newcomers, so near full a quiet region's newcomers would queue while
+-- a busy one still holds headroom; with the floor, the regions together
+-- hold at most what is unused beyond 5 % of the limit, and the last 5 %
+-- go to whoever comes first, in one global round trip.
+local POOL_FLOOR_PERMILLE = 50
+local pool_floor = math.ceil(limit * POOL_FLOOR_PERMILLE / 1000)
+local share = math.max(0, math.min(unused - math.floor(unused * reserve / 1000),
+    unused - pool_floor))
 
 -- How many wait in region `r` with a seq at most `t`, read from its
 -- samples (exact at a sample, linear in between).
@@ -179,7 +189,12 @@ local warming = now - born < lease
 -- A region holds at most a few intervals of its recent need beyond its
 -- share of the queue: slots a quiet region holds are slots a busy one
 -- cannot have until the next sync, while the Anywhere pool serves any.
-local DEMAND_INTERVALS = 4
+-- The need is the lesser of the smoothed traffic and the last interval's
+-- arrivals, so a region the traffic left gives its slots back at its next
+-- sync (to the Anywhere pool) instead of over several. Holding too little
+-- costs a newcomer one global round trip; holding too much queues
+-- newcomers elsewhere while slots sit unused.
+local DEMAND_INTERVALS = 2
 local demand_intervals = DEMAND_INTERVALS
 if warming then
     demand_intervals = 1
@@ -195,7 +210,7 @@ if share > 0 then
             a = math.floor(share / #names)
         end
         if total > 0 or warming then
-            local need = traffic
+            local need = math.min(traffic, r.recent or 0)
             a = math.min(a, math.ceil(demand_intervals * need) + 1)
         end
         alloc[name] = alloc[name] + a
