@@ -91,7 +91,7 @@ pub struct SyncReply {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Synced {
     /// Another instance of the region holds the sync turn, or the room has
-    /// no capacity limit.
+    /// neither a capacity nor a rate limit.
     Skipped,
     /// The global store answered; the grant in force is `grant`.
     Done { grant: u64, reply: SyncReply },
@@ -240,7 +240,7 @@ impl Region {
         now_ms: Millis,
         force: bool,
     ) -> Result<Synced, StoreError> {
-        if room.total_active_users == 0 {
+        if room.total_active_users == 0 && room.new_users_per_minute == 0 {
             return Ok(Synced::Skipped);
         }
         let interval_ms = self.sync_interval.as_millis() as Millis;

@@ -78,6 +78,20 @@ for _, r in pairs(regions) do
     end
 end
 local unused = math.max(0, limit - used)
+
+-- Admission tokens in use (I2), the same way: a live region's admissions
+-- in its rate window, a silent one's whole rate grant.
+local rgranted, rused = 0, 0
+for _, r in pairs(regions) do
+    local g = r.rraised - r.rreturned
+    rgranted = rgranted + g
+    if live(r) then
+        rused = rused + math.min(r.window, g)
+    else
+        rused = rused + g
+    end
+end
+local runused = math.max(0, rate_limit - rused)
 -- While nobody waits, part of the unused slots stays in the Anywhere pool:
 -- `reserve` of them, and never less than POOL_FLOOR_PERMILLE of the limit
 -- (all of them when fewer are unused). Slots a region holds serve only its
@@ -135,6 +149,15 @@ end
 local frontier = 0
 if queued_total > 0 then
     share = unused
+    if limit == 0 then
+        -- A room limited only by its rate has no slots to order the queues
+        -- by: every waiting visitor counts as fitting (no frontier), so the
+        -- tokens below follow each region's queue, as in a capped room
+        -- whose rate binds before its capacity. (A frontier on the free
+        -- tokens, refreshed once a sync while tokens come back all the
+        -- time, held the regions to 80-90 % of the rate.)
+        share = queued_total
+    end
     if queued_total > share then
         -- The largest seq t with every region's count up to t within the
         -- free slots (at least the oldest waiter, so the queue moves).
@@ -234,17 +257,6 @@ end
 -- while nobody waits.
 local rtarget = 0
 if rate_limit > 0 then
-    local rgranted, rused = 0, 0
-    for _, r in pairs(regions) do
-        local g = r.rraised - r.rreturned
-        rgranted = rgranted + g
-        if live(r) then
-            rused = rused + math.min(r.window, g)
-        else
-            rused = rused + g
-        end
-    end
-    local runused = math.max(0, rate_limit - rused)
     local rshare = runused
     if queued_total == 0 then
         rshare = runused - math.floor(runused * reserve / 1000)
@@ -260,7 +272,13 @@ if rate_limit > 0 then
     elseif #names > 0 then
         weight = 1 / #names
     end
-    rtarget = me.window + math.floor(rshare * weight)
+    local give = math.floor(rshare * weight)
+    if warming then
+        -- As for slots: regions not heard from yet may need the rest.
+        local need = math.min(me.traffic or 0, me.recent or 0)
+        give = math.min(give, math.ceil(demand_intervals * need) + 1)
+    end
+    rtarget = me.window + give
     local rgrant = me.rraised - me.rreturned
     if rtarget > rgrant then
         local add = math.min(rtarget - rgrant, rate_limit - rgranted)
