@@ -89,3 +89,28 @@ impl Clock for ManualClock {
 
 /// A shared handle to whichever clock the daemon runs on.
 pub type SharedClock = Arc<dyn Clock>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_manual_clock_wakes_a_sleeper_only_once_moved_to_its_time() {
+        let clock = ManualClock::new(1_000);
+        let c = clock.clone();
+        let sleeper = tokio::spawn(async move {
+            c.sleep_until(1_500).await;
+            c.now_ms()
+        });
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_millis(200));
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woke at 1200 for 1500");
+        clock.advance(Duration::from_millis(300));
+        let woke = tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("woken once the clock reached 1500")
+            .unwrap();
+        assert_eq!(woke, 1_500);
+    }
+}
