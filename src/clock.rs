@@ -2,7 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::watch;
 
 /// Milliseconds since the Unix epoch. Every store operation takes one of these.
 pub type Millis = u64;
@@ -10,6 +13,14 @@ pub type Millis = u64;
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> Millis;
+
+    /// Resolves once this clock reads `at` or later, so periodic work
+    /// follows the injected clock. The default sleeps out the gap on
+    /// tokio's timer (right for a clock that moves with real time).
+    fn sleep_until(&self, at: Millis) -> BoxFuture<'_, ()> {
+        let gap = at.saturating_sub(self.now_ms());
+        Box::pin(tokio::time::sleep(Duration::from_millis(gap)))
+    }
 }
 
 /// The real clock.
@@ -27,27 +38,79 @@ impl Clock for SystemClock {
 
 /// A clock that only moves when told to. Cloning shares the same time.
 #[derive(Debug, Clone)]
-pub struct ManualClock(Arc<AtomicU64>);
+pub struct ManualClock(Arc<Manual>);
+
+#[derive(Debug)]
+struct Manual {
+    now: AtomicU64,
+    /// Told every time the clock moves, for whoever waits on it.
+    moved: watch::Sender<()>,
+}
 
 impl ManualClock {
     pub fn new(start_ms: Millis) -> Self {
-        Self(Arc::new(AtomicU64::new(start_ms)))
+        Self(Arc::new(Manual {
+            now: AtomicU64::new(start_ms),
+            moved: watch::Sender::new(()),
+        }))
     }
 
     pub fn advance(&self, by: std::time::Duration) {
-        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        self.0
+            .now
+            .fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        self.0.moved.send_replace(());
     }
 
     pub fn set(&self, to_ms: Millis) {
-        self.0.store(to_ms, Ordering::SeqCst);
+        self.0.now.store(to_ms, Ordering::SeqCst);
+        self.0.moved.send_replace(());
     }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> Millis {
-        self.0.load(Ordering::SeqCst)
+        self.0.now.load(Ordering::SeqCst)
+    }
+
+    /// Waits until a test moves the clock to `at` (never on real time).
+    fn sleep_until(&self, at: Millis) -> BoxFuture<'_, ()> {
+        // Subscribed before the first look, so a move in between is seen.
+        let mut moved = self.0.moved.subscribe();
+        Box::pin(async move {
+            while self.now_ms() < at {
+                if moved.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
     }
 }
 
 /// A shared handle to whichever clock the daemon runs on.
 pub type SharedClock = Arc<dyn Clock>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_manual_clock_wakes_a_sleeper_only_once_moved_to_its_time() {
+        let clock = ManualClock::new(1_000);
+        let c = clock.clone();
+        let sleeper = tokio::spawn(async move {
+            c.sleep_until(1_500).await;
+            c.now_ms()
+        });
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_millis(200));
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woke at 1200 for 1500");
+        clock.advance(Duration::from_millis(300));
+        let woke = tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("woken once the clock reached 1500")
+            .unwrap();
+        assert_eq!(woke, 1_500);
+    }
+}

@@ -4,19 +4,19 @@
 //! queue and go in when sessions end (the tests' clock moves), and each
 //! daemon's background sync runs (its grant on `/metrics`).
 //!
-//! The sync task ticks on real time (`sync_interval`, 50 ms here) and reads
-//! the tests' clock; the test waits for what the syncs bring about (the
-//! metric, a visitor's admission), with a deadline, never a fixed sleep.
+//! The sync task runs on the tests' clock (every `sync_interval` of it, 50 ms
+//! here): the test moves the clock one interval and waits for each daemon's
+//! round at that time to finish (`Region::rounds`), never a fixed sleep.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_server::RedisServer;
 use support::{from_origin, origin::Origin, Harness};
-use waitroom::clock::ManualClock;
+use waitroom::clock::{Clock, ManualClock};
 use waitroom::config::{Backend, Config, RegionConfig};
 
 const LIMIT: u64 = 4;
@@ -65,23 +65,33 @@ fn grant_of(metrics: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Waits (with a deadline) until `check` holds; each try is one request.
-/// Between tries the clock moves one sync interval: an instance holds the
-/// region's sync turn until a time on that clock, so on a clock that stood
-/// still no sync would follow the first.
-async fn until<F, Fut>(what: &str, clock: &ManualClock, mut check: F)
+/// Waits until every daemon's region finished a sync round at `at` (or
+/// later) on the tests' clock, with a deadline.
+async fn synced(daemons: &[&Harness], at: u64) {
+    for h in daemons {
+        let mut rounds = h.daemon.region().expect("region mode").rounds();
+        tokio::time::timeout(DEADLINE, rounds.wait_for(|t| *t >= at))
+            .await
+            .expect("a sync round in time")
+            .expect("the sync task runs");
+    }
+}
+
+/// Until `check` holds: between tries the clock moves one sync interval and
+/// every daemon finishes the sync round that brings (at most 40 rounds).
+async fn until<F, Fut>(what: &str, clock: &ManualClock, daemons: &[&Harness], mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+    for _ in 0..40 {
+        if check().await {
+            return;
+        }
         clock.advance(SYNC);
-        // Let a sync tick (real time) come round without spinning on the
-        // daemons' cores.
-        tokio::time::sleep(SYNC / 2).await;
+        synced(daemons, clock.now_ms()).await;
     }
+    panic!("{what}: not after 40 sync rounds");
 }
 
 /// Active sessions across both regional stores (each daemon's own view).
@@ -113,11 +123,10 @@ async fn two_regions_share_the_capacity_and_admit_the_queue_as_sessions_end() {
     let both = [&a, &b];
 
     // The sync task runs in each daemon: its grant is on /metrics.
+    // Each daemon's first round runs at start-up, on the clock as it stands.
+    synced(&both, a.clock_now()).await;
     for h in both {
-        until("the region grant on /metrics", &a.clock, || async {
-            grant_of(&h.metrics().await).is_some()
-        })
-        .await;
+        assert!(grant_of(&h.metrics().await).is_some());
     }
 
     // Six visitors, alternating between the regions, against a limit of 4.
@@ -146,7 +155,7 @@ async fn two_regions_share_the_capacity_and_admit_the_queue_as_sessions_end() {
     // region had room goes in once the syncs move the slot.
     // (The waits watch the regional stores, not the visitors' polls: polls
     // are limited per visitor on the tests' clock, which stands still.)
-    until("the room to fill", &a.clock, || async {
+    until("the room to fill", &a.clock, &both, || async {
         active(&both).await == LIMIT
     })
     .await;
@@ -174,11 +183,16 @@ async fn two_regions_share_the_capacity_and_admit_the_queue_as_sessions_end() {
 
     // The sessions end: the two waiting visitors go in, in whichever region.
     a.clock.advance(SESSION);
-    until("the waiting visitors' admission", &a.clock, || async {
-        let n = active(&both).await;
-        assert!(n <= LIMIT, "{n} sessions across regions, limit {LIMIT}");
-        n == 2
-    })
+    until(
+        "the waiting visitors' admission",
+        &a.clock,
+        &both,
+        || async {
+            let n = active(&both).await;
+            assert!(n <= LIMIT, "{n} sessions across regions, limit {LIMIT}");
+            n == 2
+        },
+    )
     .await;
     for (r, v) in &still {
         assert_eq!(both[*r].status(v).await["state"], "admitted");

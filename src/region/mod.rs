@@ -91,7 +91,7 @@ pub struct SyncReply {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Synced {
     /// Another instance of the region holds the sync turn, or the room has
-    /// no capacity limit.
+    /// neither a capacity nor a rate limit.
     Skipped,
     /// The global store answered; the grant in force is `grant`.
     Done { grant: u64, reply: SyncReply },
@@ -112,6 +112,9 @@ pub struct Region {
     anywhere: Script,
     degraded: AtomicBool,
     telemetry: Option<Arc<Telemetry>>,
+    /// The clock time of the last round [`Region::run`] finished (0: none
+    /// yet), so tests wait for a round instead of sleeping.
+    rounds: watch::Sender<Millis>,
 }
 
 impl std::fmt::Debug for Region {
@@ -144,6 +147,7 @@ impl Region {
             anywhere: Script::new(region_script!("region_anywhere.lua")),
             degraded: AtomicBool::new(false),
             telemetry,
+            rounds: watch::Sender::new(0),
         })
     }
 
@@ -236,7 +240,7 @@ impl Region {
         now_ms: Millis,
         force: bool,
     ) -> Result<Synced, StoreError> {
-        if room.total_active_users == 0 {
+        if room.total_active_users == 0 && room.new_users_per_minute == 0 {
             return Ok(Synced::Skipped);
         }
         let interval_ms = self.sync_interval.as_millis() as Millis;
@@ -377,23 +381,27 @@ impl Region {
         reply
     }
 
-    /// Syncs every room with a capacity limit each `sync_interval` until
-    /// `stop`. Every instance of the region runs this; one of them per
-    /// interval does the work (the sync turn in the regional store).
+    /// Syncs every room with a capacity limit each `sync_interval` of the
+    /// daemon's clock until `stop`. Every instance of the region runs this;
+    /// one of them per interval does the work (the sync turn in the
+    /// regional store). On a test's manual clock a round runs when the
+    /// test moves the clock past the next one, never on real time.
     pub async fn run(
         self: Arc<Self>,
         store: RedisStore,
         gates: SharedGate,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(self.sync_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let interval_ms = (self.sync_interval.as_millis() as Millis).max(1);
+        let mut next = gates.load().clock.now_ms();
         loop {
+            let gate = gates.load_full();
+            // A clock set back waits one interval, not until it catches up.
+            next = next.min(gate.clock.now_ms().saturating_add(interval_ms));
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = gate.clock.sleep_until(next) => {}
                 _ = stop.changed() => return,
             }
-            let gate = gates.load_full();
             let now = gate.clock.now_ms();
             for room in gate.rooms.all() {
                 let policy = room.policy_at(now);
@@ -401,7 +409,15 @@ impl Region {
                     tracing::debug!(room = %policy.room, error = %e, "region sync: regional store did not answer");
                 }
             }
+            self.rounds.send_replace(now);
+            next = now.saturating_add(interval_ms);
         }
+    }
+
+    /// Follows the rounds of [`Region::run`]: the value is the clock time
+    /// the last finished round ran at (0 before the first).
+    pub fn rounds(&self) -> watch::Receiver<Millis> {
+        self.rounds.subscribe()
     }
 }
 

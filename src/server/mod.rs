@@ -85,6 +85,8 @@ pub struct Daemon {
     tasks: Vec<JoinHandle<()>>,
     /// The visitor listener's worker threads.
     workers: Option<Workers>,
+    /// Region mode's link to the global store (its sync rounds, for tests).
+    region: Option<Arc<crate::region::Region>>,
 }
 
 impl Daemon {
@@ -191,9 +193,14 @@ impl Daemon {
             )),
             tokio::spawn(refresh_rooms(gates.clone(), stopped.clone())),
         ];
-        if let Some((region, redis)) = region {
-            tasks.push(tokio::spawn(region.run(redis, gates.clone(), stopped)));
-        }
+        let region = region.map(|(region, redis)| {
+            tasks.push(tokio::spawn(region.clone().run(
+                redis,
+                gates.clone(),
+                stopped,
+            )));
+            region
+        });
         let rooms = gates.load().rooms.all().len();
         let threads = config.server.workers();
         match tls_addr {
@@ -213,7 +220,13 @@ impl Daemon {
             stop,
             tasks,
             workers: Some(workers),
+            region,
         })
+    }
+
+    /// Region mode's link to the global store (`None` in the central mode).
+    pub fn region(&self) -> Option<&Arc<crate::region::Region>> {
+        self.region.as_ref()
     }
 
     /// The gate in force now.

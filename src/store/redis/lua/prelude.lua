@@ -76,7 +76,9 @@ end
 -- kept as r_raised and r_lowered. So in region mode a rated room admits
 -- while the window holds fewer admissions than the rate grant, not the
 -- room's rate; `room_rate` keeps the room's (an upper bound on any grant).
-local region_mode = ARGV[2] == 'grant'
+-- ARGV[2] = 'rate_grant' is region mode for a room without a capacity
+-- limit: only its rate is a grant.
+local region_mode = ARGV[2] == 'grant' or ARGV[2] == 'rate_grant'
 local region_bound
 -- Whether the room has a rate limit (`rate` may be a grant of 0).
 local rated = rate > 0
@@ -84,8 +86,12 @@ local room_rate = rate
 if region_mode then
     local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until',
         'r_raised', 'r_lowered')
-    cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
-    capped = true
+    if ARGV[2] == 'grant' then
+        cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
+        capped = true
+    else
+        cap = 0
+    end
     if rated then
         rate = math.max(0, tonumber(g[5] or '0') - tonumber(g[6] or '0'))
     end

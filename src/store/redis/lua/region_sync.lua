@@ -56,7 +56,9 @@ if me.at > 0 then
     me.traffic = 0.5 * (me.traffic or 0) + 0.5 * arrivals
 else
     me.traffic = arrivals
+    me.since = now
 end
+me.recent = arrivals
 me.at = now
 
 local function live(r)
@@ -76,7 +78,31 @@ for _, r in pairs(regions) do
     end
 end
 local unused = math.max(0, limit - used)
-local share = unused - math.floor(unused * reserve / 1000)
+
+-- Admission tokens in use (I2), the same way: a live region's admissions
+-- in its rate window, a silent one's whole rate grant.
+local rgranted, rused = 0, 0
+for _, r in pairs(regions) do
+    local g = r.rraised - r.rreturned
+    rgranted = rgranted + g
+    if live(r) then
+        rused = rused + math.min(r.window, g)
+    else
+        rused = rused + g
+    end
+end
+local runused = math.max(0, rate_limit - rused)
+-- While nobody waits, part of the unused slots stays in the Anywhere pool:
+-- `reserve` of them, and never less than POOL_FLOOR_PERMILLE of the limit
+-- (all of them when fewer are unused). Slots a region holds serve only its
+-- own newcomers, so near full a quiet region's newcomers would queue while
+-- a busy one still holds headroom; with the floor, the regions together
+-- hold at most what is unused beyond 5 % of the limit, and the last 5 %
+-- go to whoever comes first, in one global round trip.
+local POOL_FLOOR_PERMILLE = 50
+local pool_floor = math.ceil(limit * POOL_FLOOR_PERMILLE / 1000)
+local share = math.max(0, math.min(unused - math.floor(unused * reserve / 1000),
+    unused - pool_floor))
 
 -- How many wait in region `r` with a seq at most `t`, read from its
 -- samples (exact at a sample, linear in between).
@@ -123,6 +149,15 @@ end
 local frontier = 0
 if queued_total > 0 then
     share = unused
+    if limit == 0 then
+        -- A room limited only by its rate has no slots to order the queues
+        -- by: every waiting visitor counts as fitting (no frontier), so the
+        -- tokens below follow each region's queue, as in a capped room
+        -- whose rate binds before its capacity. (A frontier on the free
+        -- tokens, refreshed once a sync while tokens come back all the
+        -- time, held the regions to 80-90 % of the rate.)
+        share = queued_total
+    end
     if queued_total > share then
         -- The largest seq t with every region's count up to t within the
         -- free slots (at least the oldest waiter, so the queue moves).
@@ -159,19 +194,49 @@ local total = 0
 for _, name in ipairs(names) do
     total = total + (regions[name].traffic or 0)
 end
--- A region holds at most a few intervals of its own arrivals beyond its
+-- Warm-up: for one lease after the global store first heard of the room,
+-- a region that has not reported yet cannot be told apart from one that
+-- does not exist, so the free slots are not shared out among those that
+-- did (the first to report would hold them all for an interval): each
+-- region holds one interval of its own arrivals (and one slot) beyond its
+-- share of the queue, and the rest stays in the Anywhere pool, which any
+-- region reaches in one round trip. A record from before `since` was kept
+-- reads 0: an old room, no warm-up.
+local born = now
+for _, r in pairs(regions) do
+    if (r.at or 0) > 0 and r.since < born then
+        born = r.since
+    end
+end
+local warming = now - born < lease
+-- A region holds at most a few intervals of its recent need beyond its
 -- share of the queue: slots a quiet region holds are slots a busy one
 -- cannot have until the next sync, while the Anywhere pool serves any.
-local DEMAND_INTERVALS = 4
+-- The need is the lesser of the smoothed traffic and the last interval's
+-- arrivals, so a region the traffic left gives its slots back at its next
+-- sync (to the Anywhere pool) instead of over several. Holding too little
+-- costs a newcomer one global round trip; holding too much queues
+-- newcomers elsewhere while slots sit unused.
+local DEMAND_INTERVALS = 2
+local demand_intervals = DEMAND_INTERVALS
+if warming then
+    demand_intervals = 1
+end
 if share > 0 then
     for _, name in ipairs(names) do
+        local r = regions[name]
+        local traffic = r.traffic or 0
+        local a
         if total > 0 then
-            local traffic = regions[name].traffic or 0
-            local a = math.floor(share * traffic / total)
-            alloc[name] = alloc[name] + math.min(a, math.ceil(DEMAND_INTERVALS * traffic) + 1)
+            a = math.floor(share * traffic / total)
         else
-            alloc[name] = alloc[name] + math.floor(share / #names)
+            a = math.floor(share / #names)
         end
+        if total > 0 or warming then
+            local need = math.min(traffic, r.recent or 0)
+            a = math.min(a, math.ceil(demand_intervals * need) + 1)
+        end
+        alloc[name] = alloc[name] + a
     end
 end
 local target = me.active + (alloc[me_name] or 0)
@@ -192,17 +257,6 @@ end
 -- while nobody waits.
 local rtarget = 0
 if rate_limit > 0 then
-    local rgranted, rused = 0, 0
-    for _, r in pairs(regions) do
-        local g = r.rraised - r.rreturned
-        rgranted = rgranted + g
-        if live(r) then
-            rused = rused + math.min(r.window, g)
-        else
-            rused = rused + g
-        end
-    end
-    local runused = math.max(0, rate_limit - rused)
     local rshare = runused
     if queued_total == 0 then
         rshare = runused - math.floor(runused * reserve / 1000)
@@ -218,7 +272,13 @@ if rate_limit > 0 then
     elseif #names > 0 then
         weight = 1 / #names
     end
-    rtarget = me.window + math.floor(rshare * weight)
+    local give = math.floor(rshare * weight)
+    if warming then
+        -- As for slots: regions not heard from yet may need the rest.
+        local need = math.min(me.traffic or 0, me.recent or 0)
+        give = math.min(give, math.ceil(demand_intervals * need) + 1)
+    end
+    rtarget = me.window + give
     local rgrant = me.rraised - me.rreturned
     if rtarget > rgrant then
         local add = math.min(rtarget - rgrant, rate_limit - rgranted)
