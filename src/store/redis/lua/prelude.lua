@@ -239,6 +239,8 @@ end
 -- The highest seq handed out so far (nil until read), and when the room's
 -- keys last had their expiry moved (see `keep_alive`).
 local last_seq, ttl_at
+-- last_seq as read from meta, so save_last_seq() writes only a change.
+local stored_last_seq
 
 local function counts()
     if not active_n then
@@ -247,6 +249,7 @@ local function counts()
         window_n = tonumber(m[1] or '0')
         if not last_seq then
             last_seq = tonumber(m[2] or '0')
+            stored_last_seq = last_seq
         end
         ttl_at = tonumber(m[3] or '0')
         -- The count lives beside the window; should the window key be gone
@@ -402,6 +405,7 @@ end
 local function read_last_seq()
     if not last_seq then
         last_seq = tonumber(redis.call('HGET', K_META, 'last_seq') or '0')
+        stored_last_seq = last_seq
     end
     return last_seq
 end
@@ -424,7 +428,7 @@ local function enqueue(visitor, seq)
 end
 
 local function save_last_seq()
-    if last_seq then
+    if last_seq and last_seq ~= stored_last_seq then
         redis.call('HSET', K_META, 'last_seq', int(last_seq))
     end
 end
