@@ -563,7 +563,6 @@ async fn the_rate_limit_holds_across_regions_and_is_used() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs RedisStore::regional and room_call (src/store/redis/mod.rs) to decide rate-only rooms against the rate grant ('rate_grant'); see docs/regions.md"]
 async fn the_rate_limit_holds_across_regions_in_a_room_without_a_capacity_limit() {
     let mut room = policy(0, 5_000);
     room.new_users_per_minute = 120;

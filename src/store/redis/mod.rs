@@ -331,8 +331,14 @@ impl Inner {
         }
         inv.arg(now_ms);
         if self.regional(room) {
-            // The region's grant, kept in the regional store (`region`).
-            inv.arg("grant");
+            // The region's grants, kept in the regional store (`region`):
+            // of sessions and admission tokens, or of tokens alone for a
+            // room without a capacity limit.
+            inv.arg(if room.total_active_users > 0 {
+                "grant"
+            } else {
+                "rate_grant"
+            });
         } else {
             inv.arg(room.total_active_users);
         }
@@ -350,9 +356,10 @@ impl Inner {
     }
 
     /// Whether `room` is decided against a regional grant (region mode and
-    /// a capacity limit; an unlimited room needs no grant).
+    /// a capacity or rate limit; an unlimited room needs no grant).
     fn regional(&self, room: &RoomPolicy) -> bool {
-        room.total_active_users > 0 && self.region.get().is_some()
+        (room.total_active_users > 0 || room.new_users_per_minute > 0)
+            && self.region.get().is_some()
     }
 
     /// Decides batches of a room's arrivals until none are left waiting.
