@@ -246,14 +246,17 @@ struct Run {
     redis_us: f64,
     /// Operations per script call (how well arrivals were batched).
     per_call: f64,
+    /// Of `redis_us`, the time Redis spent running the scripts (their
+    /// commands included), from INFO commandstats.
+    script_us: f64,
 }
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:.0}/s (p50 {:?}, p99 {:?}), Redis CPU {:.1} µs per operation, {:.1} operations per script call, {} callers",
-            self.rate, self.p50, self.p99, self.redis_us, self.per_call, callers()
+            "{:.0}/s (p50 {:?}, p99 {:?}), Redis CPU {:.1} µs per operation (scripts {:.1}), {:.1} operations per script call, {} callers",
+            self.rate, self.p50, self.p99, self.redis_us, self.script_us, self.per_call, callers()
         )
     }
 }
@@ -265,18 +268,19 @@ where
     Fut: std::future::Future<Output = ()> + Send,
 {
     let before = cpu_us(server.pid());
-    let (_, (calls_before, _)) = commandstats(server);
+    let (_, (calls_before, usec_before)) = commandstats(server);
     let started = Instant::now();
     let (rate, p50, p99) = timed(secs, op).await;
     let ops = rate * started.elapsed().as_secs_f64();
     let redis_us = (cpu_us(server.pid()) - before) / ops.max(1.0);
-    let (_, (calls_after, _)) = commandstats(server);
+    let (_, (calls_after, usec_after)) = commandstats(server);
     Run {
         rate,
         p50,
         p99,
         redis_us,
         per_call: ops / (calls_after - calls_before).max(1) as f64,
+        script_us: (usec_after - usec_before) as f64 / ops.max(1.0),
     }
 }
 
