@@ -117,6 +117,34 @@ impl Rig {
         self.regions[i].store.stats(room, now).await.unwrap().active
     }
 
+    /// New visitors 20 ms apart, the n-th to region `pick(n)`, with a sync
+    /// round every 10, until one is queued: the active sessions then.
+    async fn active_when_queueing_starts(
+        &self,
+        room: &RoomPolicy,
+        mut now: Millis,
+        pick: impl Fn(u64) -> usize,
+    ) -> u64 {
+        let mut n = 0;
+        loop {
+            let i = pick(n);
+            let v = self.regions[i]
+                .store
+                .arrive(room, vid(i, n), now)
+                .await
+                .unwrap();
+            if let Verdict::Queued(_) = v {
+                return self.total_active(room, now).await;
+            }
+            n += 1;
+            assert!(n < 1_000, "nobody was ever queued");
+            now += 20;
+            if n % 10 == 0 {
+                self.sync_all(room, now).await;
+            }
+        }
+    }
+
     async fn total_active(&self, room: &RoomPolicy, now: Millis) -> u64 {
         let mut sum = 0;
         for i in 0..self.regions.len() {
@@ -226,27 +254,12 @@ async fn capacity_is_never_exceeded_across_three_regions() {
 async fn the_room_fills_before_anyone_queues() {
     let rig = Rig::start(2).await;
     let room = policy(100, 600_000);
-    let mut now = T0;
+    let now = T0;
     rig.sync_twice(&room, now).await;
-    let mut n = 0;
-    // 70 % of new visitors in r0, 30 % in r1; a sync every 10 arrivals.
-    let first_queued = loop {
-        let i = usize::from(n % 10 >= 7);
-        let v = rig.regions[i]
-            .store
-            .arrive(&room, vid(i, n), now)
-            .await
-            .unwrap();
-        if let Verdict::Queued(_) = v {
-            break rig.total_active(&room, now).await;
-        }
-        n += 1;
-        assert!(n < 1_000, "nobody was ever queued");
-        now += 20;
-        if n % 10 == 0 {
-            rig.sync_all(&room, now).await;
-        }
-    };
+    // 70 % of new visitors in r0, 30 % in r1.
+    let first_queued = rig
+        .active_when_queueing_starts(&room, now, |n| usize::from(n % 10 >= 7))
+        .await;
     let utilization = first_queued as f64 / room.total_active_users as f64;
     assert!(
         utilization >= 0.95,
@@ -270,26 +283,10 @@ async fn on_a_cold_start_the_first_region_to_report_does_not_hold_the_room() {
         rig.sync(i, &room, now).await;
         now += 100;
     }
-    let mut n = 0;
-    // 80 % of new visitors in r2, 20 % in r1, none in r0; a sync round
-    // every 10 arrivals.
-    let first_queued = loop {
-        let i = if n % 5 == 0 { 1 } else { 2 };
-        let v = rig.regions[i]
-            .store
-            .arrive(&room, vid(i, n), now)
-            .await
-            .unwrap();
-        if let Verdict::Queued(_) = v {
-            break rig.total_active(&room, now).await;
-        }
-        n += 1;
-        assert!(n < 1_000, "nobody was ever queued");
-        now += 20;
-        if n % 10 == 0 {
-            rig.sync_all(&room, now).await;
-        }
-    };
+    // 80 % of new visitors in r2, 20 % in r1, none in r0.
+    let first_queued = rig
+        .active_when_queueing_starts(&room, now, |n| if n % 5 == 0 { 1 } else { 2 })
+        .await;
     assert!(
         first_queued >= room.total_active_users * 95 / 100,
         "queueing started at {first_queued} of {} active",

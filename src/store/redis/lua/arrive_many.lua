@@ -29,14 +29,7 @@ local new_sessions, new_places, new_polls = {}, {}, {}
 local admitted_n = 0
 
 local function room_now()
-    local free = math.huge
-    if capped then
-        free = math.min(free, cap - active_n)
-    end
-    if rated then
-        free = math.min(free, rate - window_n)
-    end
-    return free > 0
+    return free_room() > 0
 end
 
 local expiry_n = now + session_ms
@@ -145,14 +138,7 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     local n = #visitors
     local admit_n, held_n = 0, 0
     if waiting == 0 and nobody_ahead then
-        local free = math.huge
-        if capped then
-            free = math.min(free, cap - active_n)
-        end
-        if rated then
-            free = math.min(free, rate - window_n)
-        end
-        admit_n = math.max(0, math.min(free, n))
+        admit_n = math.max(0, math.min(free_room(), n))
         if hold then
             held_n = n - admit_n
         end
