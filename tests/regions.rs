@@ -165,6 +165,44 @@ impl Rig {
     }
 }
 
+/// `n` new visitors arriving at region `i` at once, ids from `first` on.
+fn spawn_arrivals(
+    rig: &Arc<Rig>,
+    room: &RoomPolicy,
+    i: usize,
+    first: u64,
+    n: u64,
+    now: Millis,
+) -> Vec<tokio::task::JoinHandle<Verdict>> {
+    (first..first + n)
+        .map(|k| {
+            let (rig, room) = (Arc::clone(rig), room.clone());
+            tokio::spawn(async move {
+                rig.regions[i]
+                    .store
+                    .arrive(&room, vid(i, k), now)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect()
+}
+
+/// A sync round of region `i` among concurrent arrivals (answering
+/// `Verdict::Ended`, which counts as nobody admitted).
+fn spawn_sync(
+    rig: &Arc<Rig>,
+    room: &RoomPolicy,
+    i: usize,
+    now: Millis,
+) -> tokio::task::JoinHandle<Verdict> {
+    let (rig, room) = (Arc::clone(rig), room.clone());
+    tokio::spawn(async move {
+        rig.sync(i, &room, now).await;
+        Verdict::Ended
+    })
+}
+
 fn vid(region: usize, n: u64) -> VisitorId {
     let mut b = [0u8; 16];
     b[0] = region as u8 + 1;
@@ -195,25 +233,9 @@ async fn capacity_is_never_exceeded_across_three_regions() {
                 1 => rng.gen_range(0..6),
                 _ => rng.gen_range(2..10),
             };
-            for k in 0..burst {
-                let rig = rig.clone();
-                let room = room.clone();
-                tasks.push(tokio::spawn(async move {
-                    rig.regions[i]
-                        .store
-                        .arrive(&room, vid(i, round * 1000 + k), now)
-                        .await
-                        .unwrap()
-                }));
-            }
+            tasks.extend(spawn_arrivals(&rig, &room, i, round * 1000, burst, now));
             if rng.gen_bool(0.4) {
-                let rig = rig.clone();
-                let room = room.clone();
-                let j = rng.gen_range(0..3);
-                tasks.push(tokio::spawn(async move {
-                    rig.sync(j, &room, now).await;
-                    Verdict::Ended
-                }));
+                tasks.push(spawn_sync(&rig, &room, rng.gen_range(0..3), now));
             }
         }
         for t in tasks {
@@ -586,24 +608,9 @@ async fn rate_holds_across_three_regions(room: RoomPolicy) {
                 1 => rng.gen_range(0..3),
                 _ => rng.gen_range(1..5),
             };
-            for k in 0..burst {
-                let rig = rig.clone();
-                let room = room.clone();
-                tasks.push(tokio::spawn(async move {
-                    rig.regions[i]
-                        .store
-                        .arrive(&room, vid(i, step * 1000 + k), now)
-                        .await
-                        .unwrap()
-                }));
-            }
+            tasks.extend(spawn_arrivals(&rig, &room, i, step * 1000, burst, now));
             if rng.gen_bool(0.5) {
-                let rig = rig.clone();
-                let room = room.clone();
-                tasks.push(tokio::spawn(async move {
-                    rig.sync(i, &room, now).await;
-                    Verdict::Ended
-                }));
+                tasks.push(spawn_sync(&rig, &room, i, now));
             }
         }
         for t in tasks {

@@ -42,7 +42,7 @@ macro_rules! region_script {
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 use tokio::sync::watch;
 
 use crate::clock::Millis;
@@ -249,14 +249,8 @@ impl Region {
         let Some(snap) = store.region_begin(room, now_ms, turn_ms, force).await? else {
             return Ok(Synced::Skipped);
         };
-        let key = regions_key(&room.room);
-        let mut inv = self.sync.prepare_invoke();
-        inv.key(key.as_str())
-            .arg(now_ms)
-            .arg(self.name.as_ref())
-            .arg(room.total_active_users)
-            .arg(self.lease_ms())
-            .arg(self.reserve_permille)
+        let mut inv = self.global_call(&self.sync, room, now_ms);
+        inv.arg(self.reserve_permille)
             .arg(snap.active)
             .arg(snap.lowered)
             .arg(snap.queued)
@@ -307,13 +301,8 @@ impl Region {
             .await?;
         if applied.given > 0 || applied.rate_given > 0 {
             // Given back here first; now the global store may hand them out.
-            let mut inv = self.sync.prepare_invoke();
-            inv.key(key.as_str())
-                .arg(now_ms)
-                .arg(self.name.as_ref())
-                .arg(room.total_active_users)
-                .arg(self.lease_ms())
-                .arg(self.reserve_permille)
+            let mut inv = self.global_call(&self.sync, room, now_ms);
+            inv.arg(self.reserve_permille)
                 .arg(0)
                 .arg(applied.lowered)
                 .arg(0)
@@ -348,6 +337,24 @@ impl Region {
         }
     }
 
+    /// A call of a global script about `room`, with the arguments every
+    /// one of them starts with: the room's key, the time, this region, the
+    /// room's limit and the lease.
+    fn global_call<'a>(
+        &self,
+        script: &'a Script,
+        room: &RoomPolicy,
+        now_ms: Millis,
+    ) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(regions_key(&room.room))
+            .arg(now_ms)
+            .arg(self.name.as_ref())
+            .arg(room.total_active_users)
+            .arg(self.lease_ms());
+        inv
+    }
+
     /// Asks the global store for up to `wanted` Anywhere slots of `room`
     /// (and as many admission tokens, for a rated room); returns the
     /// region's slot totals there, the slots given, and the token totals
@@ -358,15 +365,8 @@ impl Region {
         wanted: u64,
         now_ms: Millis,
     ) -> Result<(u64, u64, u64, RateGrant), StoreError> {
-        let key = regions_key(&room.room);
-        let mut inv = self.anywhere.prepare_invoke();
-        inv.key(key.as_str())
-            .arg(now_ms)
-            .arg(self.name.as_ref())
-            .arg(room.total_active_users)
-            .arg(self.lease_ms())
-            .arg(wanted)
-            .arg(room.new_users_per_minute);
+        let mut inv = self.global_call(&self.anywhere, room, now_ms);
+        inv.arg(wanted).arg(room.new_users_per_minute);
         let reply = self.call(self.request_timeout, &inv).await;
         let reply = reply.and_then(|v| {
             let [raised, returned, given, rate_raised, rate_returned, rate_given] = six(&v)?;
