@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use support::{from_origin, set_cookie, Harness, KEY, T0};
+use support::{assert_queued_json, from_origin, set_cookie, Harness, KEY, T0};
 use waitroom::config::Secret32;
 use waitroom::store::VisitorId;
 use waitroom::ticket::{Grant, KeyRing, Ticket};
@@ -118,23 +118,7 @@ async fn json_clients_get_the_status_fields_exactly() {
     assert_eq!(resp.headers()["content-type"], "application/json");
     assert_eq!(resp.headers()["retry-after"], "5");
     let body: serde_json::Value = resp.json().await.unwrap();
-    let keys: Vec<&str> = body
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "eta_seconds",
-            "position",
-            "queue_length",
-            "refresh_seconds",
-            "room",
-            "state"
-        ]
-    );
+    assert_queued_json(&body);
     assert_eq!(body["room"], "shop");
     assert_eq!(body["state"], "queued");
     assert_eq!(body["position"], 1);

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{from_origin, Harness, T0};
+use support::{assert_queued_json, from_origin, Harness, T0};
 use waitroom::config::{Config, EventConfig, Lang, Language};
 use waitroom::store::{EventSpec, RoomState, Settings};
 
@@ -220,23 +220,7 @@ async fn the_status_json_stays_language_neutral() {
         .unwrap();
     assert!(resp.headers().get("content-language").is_none());
     let body: serde_json::Value = resp.json().await.unwrap();
-    let keys: Vec<&str> = body
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "eta_seconds",
-            "position",
-            "queue_length",
-            "refresh_seconds",
-            "room",
-            "state"
-        ]
-    );
+    assert_queued_json(&body);
     assert_eq!(body["state"], "queued");
 }
 

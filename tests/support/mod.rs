@@ -234,6 +234,27 @@ pub async fn admitted_id(resp: reqwest::Response) -> waitroom::store::VisitorId 
     waitroom::store::VisitorId::from_hex(hex).unwrap()
 }
 
+/// The fields (and no others) of the JSON a queued app is answered with.
+pub fn assert_queued_json(body: &serde_json::Value) {
+    let keys: Vec<&str> = body
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "eta_seconds",
+            "position",
+            "queue_length",
+            "refresh_seconds",
+            "room",
+            "state"
+        ]
+    );
+}
+
 /// Whether a response is the origin's (and not the daemon's queue page).
 pub fn from_origin(resp: &reqwest::Response) -> bool {
     resp.headers().contains_key("x-origin")
