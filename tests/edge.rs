@@ -134,18 +134,7 @@ async fn no_queue_place_exists_without_a_solved_proof_of_work() {
     );
 
     // Forged (bits lowered), for another room, expired, or no work done.
-    let fresh = || async {
-        let json: serde_json::Value = h
-            .bare()
-            .get(h.url("/__waitroom/status?room=shop"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        challenge_of(&json)
-    };
+    let fresh = || async { challenge_of(&h.status(&h.bare()).await) };
     let c = fresh().await;
     let forged = format!("{}.0", c.text.replacen(".10.", ".0.", 1));
     let lazy = (0..)

@@ -12,36 +12,31 @@
 -- is made here first (never below the active sessions) and reported after.
 -- Returns {g_raised, g_lowered, slots given back now, r_raised, r_lowered,
 -- tokens given back now}.
+
+-- One grant: ours and the global store's totals taken together (the
+-- larger of each), then lowered toward `target` (-1: keep), never below
+-- what is `held`. Returns its raised and lowered totals and how much was
+-- given back now.
+local function settle(our_raised, our_lowered, raised, lowered, target, held)
+    raised = math.max(tonumber(our_raised or '0'), tonumber(raised or '0'))
+    lowered = math.max(tonumber(our_lowered or '0'), tonumber(lowered or '0'))
+    local before = math.max(0, raised - lowered)
+    local after = math.max(held, target)
+    if target >= 0 and after < before then
+        return raised, lowered + before - after, before - after
+    end
+    return raised, lowered, 0
+end
+
 housekeep()
-local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered')
-local raised = math.max(tonumber(g[1] or '0'), tonumber(ARGV[13]))
-local lowered = math.max(tonumber(g[2] or '0'), tonumber(ARGV[14]))
-local target = tonumber(ARGV[15])
+local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'r_raised', 'r_lowered')
 counts()
-local before = math.max(0, raised - lowered)
-local given = 0
-if target >= 0 and target < before then
-    local after = math.max(active_n, target)
-    if after < before then
-        given = before - after
-        lowered = lowered + given
-    end
-end
-local rg = redis.call('HMGET', K_META, 'r_raised', 'r_lowered')
-local r_raised = math.max(tonumber(rg[1] or '0'), tonumber(ARGV[18] or '0'))
-local r_lowered = math.max(tonumber(rg[2] or '0'), tonumber(ARGV[19] or '0'))
-local r_target = tonumber(ARGV[20] or '-1')
-local r_before = math.max(0, r_raised - r_lowered)
-local r_given = 0
-if r_target >= 0 and r_target < r_before then
-    -- A token held by an admission still in the window is not free yet:
-    -- whoever got it back could admit in a window this admission is in.
-    local after = math.max(window_n, r_target)
-    if after < r_before then
-        r_given = r_before - after
-        r_lowered = r_lowered + r_given
-    end
-end
+local raised, lowered, given =
+    settle(g[1], g[2], ARGV[13], ARGV[14], tonumber(ARGV[15]), active_n)
+-- A token held by an admission still in the window is not free yet:
+-- whoever got it back could admit in a window this admission is in.
+local r_raised, r_lowered, r_given =
+    settle(g[3], g[4], ARGV[18], ARGV[19], tonumber(ARGV[20] or '-1'), window_n)
 redis.call('HSET', K_META, 'g_raised', int(raised), 'g_lowered', int(lowered),
     'r_raised', int(r_raised), 'r_lowered', int(r_lowered))
 local bound = tonumber(ARGV[16])
