@@ -10,13 +10,9 @@
 -- Admission tokens (I2) come with the slots, up to as many, from the
 -- tokens no region holds: a newcomer held for want of either asks here.
 -- Returns {raised, returned, slots given, rraised, rreturned, tokens given}.
--- Records are decoded and encoded by region_record.lua (in front).
+-- Records are decoded and encoded by region_record.lua (in front), which
+-- also reads ARGV[1..4].
 
-local K = KEYS[1]
-local now = tonumber(ARGV[1])
-local me_name = ARGV[2]
-local limit = tonumber(ARGV[3])
-local lease = tonumber(ARGV[4])
 local wanted = tonumber(ARGV[5])
 
 local rate_limit = tonumber(ARGV[6] or '0')

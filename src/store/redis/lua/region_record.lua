@@ -1,6 +1,14 @@
 -- Prelude of the global region scripts (region_sync, region_anywhere):
 -- the codec of one region's record in wrg:{room}:regions. The Rust side
 -- concatenates it in front of each, as lua/prelude.lua for room scripts.
+-- It also reads the arguments every one of them starts with
+-- (`Region::global_call`): KEYS[1] the room's regions hash, ARGV[1] now
+-- (ms), ARGV[2] this region, ARGV[3] the room's limit, ARGV[4] the lease.
+local K = KEYS[1]
+local now = tonumber(ARGV[1])
+local me_name = ARGV[2]
+local limit = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
 --
 -- One region's record: "raised returned active queued head traffic at
 -- anywhere samples rraised rreturned window since recent" (integers but

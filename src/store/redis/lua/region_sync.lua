@@ -20,11 +20,6 @@
 -- waiting visitor fits), free slots, rraised, rreturned, target rate
 -- grant}.
 
-local K = KEYS[1]
-local now = tonumber(ARGV[1])
-local me_name = ARGV[2]
-local limit = tonumber(ARGV[3])
-local lease = tonumber(ARGV[4])
 local reserve = tonumber(ARGV[5])
 
 local regions = {}
