@@ -522,3 +522,104 @@ async fn a_released_queue_place_stays_ended_at_the_next_poll() {
     assert!(!from_origin(&again));
     assert_eq!(h.status(&second).await["position"], 2);
 }
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// An HTTP/2 frame: 9-byte header, then the payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A GET of `path` on `host` as stream 1 (HPACK: static-table entries and
+/// literals without Huffman coding), after the preface and empty SETTINGS.
+fn h2_get(path: &str, host: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+    block.push(0x44); // :path, literal with indexing
+    block.push(path.len() as u8);
+    block.extend_from_slice(path.as_bytes());
+    block.push(0x41); // :authority, literal with indexing
+    block.push(host.len() as u8);
+    block.extend_from_slice(host.as_bytes());
+    let mut out = H2_PREFACE.to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x5, 1, &block)); // END_STREAM | END_HEADERS
+    out
+}
+
+/// The (type, stream) of each whole frame in `bytes`.
+fn h2_frames(bytes: &[u8]) -> Vec<(u8, u32)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let len = (usize::from(bytes[at]) << 16)
+            | (usize::from(bytes[at + 1]) << 8)
+            | usize::from(bytes[at + 2]);
+        let stream = u32::from_be_bytes(bytes[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
+        frames.push((bytes[at + 3], stream));
+        at += 9 + len;
+    }
+    frames
+}
+
+/// hyper has no header timeout for HTTP/2: without the daemon's idle watch
+/// a connection that sends part of the preface, the preface alone, or
+/// nothing after its request stays open for minutes (a slowloris route
+/// around `header_read_timeout`). A request in flight longer than the
+/// timeout is not cut.
+#[tokio::test]
+async fn http2_connections_that_go_quiet_are_closed_too() {
+    let h = Harness::start(|c| {
+        c.server.header_read_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let addr = h.daemon.addr;
+    let quiet: [&[u8]; 3] = [
+        b"PRI * HTTP/2.0\r\n",
+        H2_PREFACE,
+        &[H2_PREFACE, &h2_frame(0x4, 0, 0, &[])[..]].concat(),
+    ];
+    for sent in quiet {
+        let mut s = connect(addr).await;
+        s.write_all(sent).await.unwrap();
+        let took = closed_within(&mut s, Duration::from_secs(5)).await;
+        assert!(
+            took.is_some_and(|t| t >= Duration::from_millis(300)),
+            "{:?}: {took:?}",
+            String::from_utf8_lossy(sent)
+        );
+    }
+
+    // A request that takes 1.2 s at the origin (three timeouts) is answered,
+    // then the connection, idle, is closed.
+    let mut s = connect(addr).await;
+    s.write_all(&h2_get("/slow?ms=1200", "shop.example"))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "still open after 10 s");
+    let frames = h2_frames(&got);
+    assert!(
+        frames.contains(&(0x1, 1)) && frames.contains(&(0x0, 1)),
+        "the response (HEADERS and DATA on stream 1) came before the close: {frames:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1200));
+
+    // Nor is a response body that goes quiet for three timeouts (as
+    // server-sent events do): both chunks arrive.
+    let mut s = connect(addr).await;
+    s.write_all(&h2_get("/drip?ms=1200", "shop.example"))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "still open after 10 s");
+    let data = h2_frames(&got).iter().filter(|f| **f == (0x0, 1)).count();
+    assert!(data >= 2, "both chunks (DATA on stream 1) came: {data}");
+}

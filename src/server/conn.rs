@@ -10,19 +10,29 @@
 //!   timer only starts with the first byte; before it, the HTTP version
 //!   sniffing would wait forever).
 //!   On the TLS listener the TLS handshake gets the same bound first.
+//! * HTTP/2 has no such timer in hyper: an HTTP/2 connection (or one whose
+//!   first bytes are part of the preface) is closed once it has had no
+//!   request in flight and no traffic for `header_read_timeout`
+//!   ([`Activity`]).
 //! * An overlong request line is answered 414, not 431: [`HeadWatch`] tells
 //!   hyper's "head too large" apart when no line end was read yet.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::body::Body;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Duration, Instant};
 
 /// The next connection the caps admit, or `None` once `stop` changes. A
 /// failed accept (usually: out of file descriptors) waits for some to free
@@ -283,6 +293,183 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeadWatch<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// What an HTTP/2 connection is doing, for its idle watch: hyper has no
+/// header or idle timeout for HTTP/2, so a connection that sent only (part
+/// of) its preface, or nothing after its last request, would stay open.
+/// [`Active`] notes every read and write, [`Counted`] the requests in
+/// flight; the worker closes the connection once it has had neither
+/// traffic nor a request in flight for `header_read_timeout`.
+#[derive(Clone)]
+pub struct Activity {
+    /// When the connection began; `last_ms` counts from it.
+    start: Instant,
+    /// The last traffic, in ms after `start`.
+    last_ms: Arc<AtomicU64>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A connection starting now.
+impl Default for Activity {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Activity {
+
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+
+    /// When the connection is due to be closed if nothing happens until
+    /// then: `idle` after its last traffic, or, while a request is in
+    /// flight, `idle` from now (to look again).
+    pub fn due(&self, idle: Duration) -> Instant {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            Instant::now() + idle
+        } else {
+            self.last() + idle
+        }
+    }
+
+    /// Whether the connection has been idle for `idle`: no request in
+    /// flight, and no bytes in or out.
+    pub fn idle_for(&self, idle: Duration) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0 && self.last().elapsed() >= idle
+    }
+}
+
+/// An IO that notes its reads and writes in an [`Activity`].
+pub struct Active<T> {
+    io: T,
+    activity: Activity,
+}
+
+impl<T> Active<T> {
+    pub fn new(io: T, activity: Activity) -> Self {
+        Self { io, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A service that counts its requests in flight in an [`Activity`], each
+/// until its response body is done (a quiet stream, such as server-sent
+/// events, is a request in flight, not an idle connection).
+pub struct Counted<S> {
+    inner: S,
+    activity: Activity,
+}
+
+impl<S> Counted<S> {
+    pub fn new(inner: S, activity: Activity) -> Self {
+        Self { inner, activity }
+    }
+}
+
+/// One request in flight, for as long as it lives.
+struct InFlight(Activity);
+
+impl InFlight {
+    fn new(activity: &Activity) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+impl<S, R> hyper::service::Service<R> for Counted<S>
+where
+    S: hyper::service::Service<R, Response = http::Response<Body>>,
+    S::Future: 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>>>>;
+
+    fn call(&self, req: R) -> Self::Future {
+        let in_flight = InFlight::new(&self.activity);
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let response = response.await?;
+            // The body keeps the request in flight until it is dropped.
+            Ok(response.map(|body| {
+                body.map_frame(move |frame| {
+                    let _ = &in_flight;
+                    frame
+                })
+                .boxed()
+            }))
+        })
     }
 }
 

@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio_rustls::TlsAcceptor;
 
-use super::conn::{self, Caps, HeadWatch};
+use super::conn::{self, Active, Activity, Caps, Counted, HeadWatch};
 use super::redirect::Redirect;
 use super::{Limits, StartError};
 use crate::gate::{ConnInfo, Gate, SharedGate};
@@ -298,6 +298,39 @@ where
     conn.await
 }
 
+/// `drive`, and closes the connection once it has had no request in
+/// flight and no traffic for `header_read_timeout` (see [`Activity`]):
+/// a GOAWAY first, then, if the peer holds on, the socket.
+async fn drive_watched<C, E>(
+    conn: C,
+    shutdown: impl FnOnce(Pin<&mut C>),
+    mut stop: watch::Receiver<bool>,
+    activity: &Activity,
+    serving: &Serving,
+) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>>,
+{
+    let idle = serving.header_read_timeout;
+    let mut conn = std::pin::pin!(conn);
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => return result,
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep_until(activity.due(idle)) => {
+                if activity.idle_for(idle) {
+                    tracing::debug!("connection closed: idle HTTP/2");
+                    shutdown(conn.as_mut());
+                    let _ = tokio::time::timeout(idle, conn).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+    shutdown(conn.as_mut());
+    conn.await
+}
+
 /// One worker: accepts on its plain listener (and its TLS listener, when
 /// there is one) until told to stop, then drains its connections.
 async fn run(
@@ -456,11 +489,15 @@ where
             }
         };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2);
-    let io = TokioIo::new(HeadWatch::new(stream));
     if h2 {
-        let conn = serving.http2.serve_connection(io, svc);
-        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+        let activity = Activity::default();
+        let io = TokioIo::new(Active::new(stream, activity.clone()));
+        let conn = serving
+            .http2
+            .serve_connection(io, Counted::new(svc, activity.clone()));
+        drive_watched(conn, |c| c.graceful_shutdown(), stop, &activity, serving).await?;
     } else {
+        let io = TokioIo::new(HeadWatch::new(stream));
         let conn = serving.http1.serve_connection(io, svc).with_upgrades();
         drive(conn, |c| c.graceful_shutdown(), stop).await?;
     }
@@ -489,16 +526,26 @@ where
     }
     let mut head = [0u8; 24];
     let seen = stream.peek(&mut head).await.unwrap_or(0);
-    let io = TokioIo::new(HeadWatch::new(stream));
+    let io = HeadWatch::new(stream);
     if !H2_PREFACE.starts_with(&head[..seen]) {
-        let conn = serving.http1.serve_connection(io, svc).with_upgrades();
+        let conn = serving
+            .http1
+            .serve_connection(TokioIo::new(io), svc)
+            .with_upgrades();
         drive(conn, |c| c.graceful_shutdown(), stop).await?;
-    } else if seen == H2_PREFACE.len() {
+        return Ok(());
+    }
+    // HTTP/2, or part of its preface so far: hyper's header timeout does
+    // not apply, so the idle watch does.
+    let activity = Activity::default();
+    let io = TokioIo::new(Active::new(io, activity.clone()));
+    let svc = Counted::new(svc, activity.clone());
+    if seen == H2_PREFACE.len() {
         let conn = serving.http2.serve_connection(io, svc);
-        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+        drive_watched(conn, |c| c.graceful_shutdown(), stop, &activity, serving).await?;
     } else {
         let conn = serving.auto.serve_connection_with_upgrades(io, svc);
-        drive(conn, |c| c.graceful_shutdown(), stop).await?;
+        drive_watched(conn, |c| c.graceful_shutdown(), stop, &activity, serving).await?;
     }
     Ok(())
 }

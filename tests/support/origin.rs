@@ -146,6 +146,21 @@ async fn handle(mut req: Request<Incoming>) -> Response<Body> {
             });
             reply(StatusCode::OK, boxed(StreamBody::new(stream)))
         }
+        // Two chunks `ms` apart: a stream that goes quiet (server-sent events).
+        "/drip" => {
+            let pause = Duration::from_millis(query_u64(&req, "ms"));
+            let stream = futures::stream::unfold(0u8, move |sent| async move {
+                match sent {
+                    0 => Some((Ok::<_, Infallible>(Frame::data(Bytes::from("one "))), 1)),
+                    1 => {
+                        tokio::time::sleep(pause).await;
+                        Some((Ok(Frame::data(Bytes::from("two"))), 2))
+                    }
+                    _ => None,
+                }
+            });
+            reply(StatusCode::OK, boxed(StreamBody::new(stream)))
+        }
         "/upload" => {
             let mut body = req.into_body();
             let mut n = 0u64;
