@@ -323,7 +323,6 @@ impl Default for Activity {
 }
 
 impl Activity {
-
     fn touch(&self) {
         let ms = self.start.elapsed().as_millis() as u64;
         self.last_ms.store(ms, Ordering::Relaxed);

@@ -298,9 +298,13 @@ where
     conn.await
 }
 
+/// How long an idle HTTP/2 connection has after its GOAWAY to close by
+/// itself before its socket is closed.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
 /// `drive`, and closes the connection once it has had no request in
 /// flight and no traffic for `header_read_timeout` (see [`Activity`]):
-/// a GOAWAY first, then, if the peer holds on, the socket.
+/// a GOAWAY first, then, at most `GOAWAY_GRACE` later, the socket.
 async fn drive_watched<C, E>(
     conn: C,
     shutdown: impl FnOnce(Pin<&mut C>),
@@ -320,8 +324,10 @@ where
             _ = tokio::time::sleep_until(activity.due(idle)) => {
                 if activity.idle_for(idle) {
                     tracing::debug!("connection closed: idle HTTP/2");
+                    // hyper's graceful close waits for the peer to answer a
+                    // PING, which a peer that went quiet may never do.
                     shutdown(conn.as_mut());
-                    let _ = tokio::time::timeout(idle, conn).await;
+                    let _ = tokio::time::timeout(GOAWAY_GRACE.min(idle), conn).await;
                     return Ok(());
                 }
             }
