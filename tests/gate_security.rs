@@ -295,7 +295,10 @@ async fn visitors_cannot_speak_for_the_daemon_to_the_origin() {
         "GET /page HTTP/1.1\r\nHost: shop.example\r\nCookie: {COOKIE}={ticket}\r\n\
          Connection: close, x-waitroom-visitor, x-forwarded-for\r\n\
          X-Waitroom-Visitor: forged\r\nX_Waitroom_Visitor: forged\r\nX-WAITROOM_SIGNATURE: forged\r\n\
-         X_Forwarded_For: 10.9.9.9\r\nForwarded: for=10.9.9.9\r\nX-Real-IP: 10.9.9.9\r\n\r\n"
+         X_Forwarded_For: 10.9.9.9\r\nForwarded: for=10.9.9.9\r\nX-Real-IP: 10.9.9.9\r\n\
+         X-Forwarded-Uri: /shop\r\nX-Forwarded-Ssl: on\r\nX-Forwarded-Scheme: https\r\n\
+         X-Original-URL: /shop\r\nX-Rewrite-URL: /shop\r\nX-Original-URI: /shop\r\n\
+         X-Client-IP: 10.9.9.9\r\nTrue-Client-IP: 10.9.9.9\r\nX-Host: shop.example\r\n\r\n"
     );
     let resp = exchange(h.daemon.addr, request.as_bytes()).await;
     assert!(resp.answered_by_origin(), "{resp:?}");
@@ -307,6 +310,15 @@ async fn visitors_cannot_speak_for_the_daemon_to_the_origin() {
         "x_forwarded_for",
         "forwarded",
         "x-real-ip",
+        "x-forwarded-uri",
+        "x-forwarded-ssl",
+        "x-forwarded-scheme",
+        "x-original-url",
+        "x-rewrite-url",
+        "x-original-uri",
+        "x-client-ip",
+        "true-client-ip",
+        "x-host",
     ] {
         assert!(
             headers.get(name).is_none(),

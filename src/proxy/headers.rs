@@ -97,17 +97,28 @@ pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr
     client
 }
 
-/// Request headers that describe the client's path to us; an origin may
-/// believe them, so only trusted proxies may supply them.
-const FORWARDING: [&str; 7] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "x-forwarded-prefix",
-    "x-real-ip",
+/// Request headers that describe the client's path to us, or the request
+/// as a proxy in front received it: an origin may believe them (IIS URL
+/// Rewrite and older Symfony or Zend serve `X-Original-URL`'s path, not the
+/// request target the gate decided on; Rack believes `X-Forwarded-Ssl`),
+/// so only trusted proxies may supply them. With `FORWARDING_PREFIX`: every
+/// `X-Forwarded-*`.
+const FORWARDING: [&str; 13] = [
+    "x-forwarded",
     "forwarded",
+    "forwarded-for",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "client-ip",
+    "true-client-ip",
+    "x-original-url",
+    "x-original-uri",
+    "x-rewrite-url",
+    "x-original-host",
+    "x-host",
 ];
+const FORWARDING_PREFIX: &str = "x-forwarded-";
 
 /// Our own request headers (`X-Waitroom-Visitor`, …) start with this.
 const OWN_PREFIX: &str = "x-waitroom-";
@@ -131,7 +142,12 @@ fn not_from_visitors(name: &HeaderName, peer_trusted: bool) -> bool {
     if n.len() >= OWN_PREFIX.len() && folds_to(&n[..OWN_PREFIX.len()], OWN_PREFIX.as_bytes()) {
         return true;
     }
-    (!peer_trusted || n.contains(&b'_')) && FORWARDING.iter().any(|f| folds_to(n, f.as_bytes()))
+    let forwarding = || {
+        (n.len() > FORWARDING_PREFIX.len()
+            && folds_to(&n[..FORWARDING_PREFIX.len()], FORWARDING_PREFIX.as_bytes()))
+            || FORWARDING.iter().any(|f| folds_to(n, f.as_bytes()))
+    };
+    (!peer_trusted || n.contains(&b'_')) && forwarding()
 }
 
 /// Removes from a visitor's request what only we may tell the origin: our
