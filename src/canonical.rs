@@ -266,17 +266,23 @@ fn decode_segment(raw: &[u8], out: &mut String) -> Result<(), Refusal> {
 
 /// What rooms and bypass rules compare against: the canonical path with
 /// each segment's parameters (`;jsessionid=…`) removed, since servers such
-/// as Tomcat route `/shop;x` to `/shop`.
+/// as Tomcat route `/shop;x` to `/shop`. A segment that was nothing but
+/// parameters is then empty, and goes as the canonical form merges `//`
+/// (Tomcat routes `/;x/shop` to `/shop`), except at the end, where it is
+/// the trailing slash.
 pub fn match_key(path: &str) -> Cow<'_, str> {
     if !path.contains(';') {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len());
-    for (i, segment) in path.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
+    let mut segments = path.strip_prefix('/').unwrap_or(path).split('/').peekable();
+    while let Some(segment) = segments.next() {
+        let name = segment.split(';').next().unwrap_or(segment);
+        if name.is_empty() && segments.peek().is_some() {
+            continue;
         }
-        out.push_str(segment.split(';').next().unwrap_or(segment));
+        out.push('/');
+        out.push_str(name);
     }
     Cow::Owned(out)
 }
@@ -536,6 +542,11 @@ mod tests {
     fn match_keys_drop_segment_parameters() {
         assert_eq!(match_key("/shop;jsessionid=1/cart"), "/shop/cart");
         assert_eq!(match_key("/shop;x"), "/shop");
+        assert_eq!(match_key("/;/shop"), "/shop");
+        assert_eq!(match_key("/;jsessionid=1/shop/cart"), "/shop/cart");
+        assert_eq!(match_key("/a/;x/shop"), "/a/shop");
+        assert_eq!(match_key("/shop/;x"), "/shop/");
+        assert_eq!(match_key("/;x"), "/");
         assert_eq!(match_key("/plain"), "/plain");
     }
 
