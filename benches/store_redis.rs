@@ -442,12 +442,68 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     println!("poll in a queue of {n}: {polls}");
 }
 
+/// The redis-server process held to a share of one core (a cgroup CPU
+/// quota), so that it, not this process, is what runs out: its decisions
+/// per second are then what one Redis carries, batching as it would under
+/// that load. Removed when dropped (after the server has exited).
+struct CpuLimit(Option<std::path::PathBuf>);
+
+impl CpuLimit {
+    fn apply(pid: u32, share: f64) -> Self {
+        use std::fs;
+        use std::path::Path;
+        let period: u64 = 10_000;
+        let quota = ((share * period as f64) as u64).max(1_000);
+        let name = format!("waitroom-bench-{}", std::process::id());
+        // cgroup v1 `cpu` hierarchy, else cgroup v2 with the cpu controller.
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let made = if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            fs::create_dir(&dir)
+                .and_then(|()| fs::write(dir.join("cpu.cfs_period_us"), period.to_string()))
+                .and_then(|()| fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()))
+                .map(|()| dir)
+        } else {
+            let dir = v2.join(&name);
+            fs::write(v2.join("cgroup.subtree_control"), "+cpu")
+                .and_then(|()| fs::create_dir(&dir))
+                .and_then(|()| fs::write(dir.join("cpu.max"), format!("{quota} {period}")))
+                .map(|()| dir)
+        };
+        match made
+            .and_then(|dir| fs::write(dir.join("cgroup.procs"), pid.to_string()).map(|()| dir))
+        {
+            Ok(dir) => {
+                println!("redis-server held to {share} of a core ({})", dir.display());
+                CpuLimit(Some(dir))
+            }
+            Err(e) => {
+                println!("WR_BENCH_REDIS_CPU: no cgroup CPU quota here ({e}); running unlimited");
+                CpuLimit(None)
+            }
+        }
+    }
+}
+
+impl Drop for CpuLimit {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 fn main() {
     // Under `cargo test` (no `--bench`) a quick smoke run keeps CI short.
     let measuring = std::env::args().any(|a| a == "--bench");
     let n = env_or("WR_BENCH_N", if measuring { 100_000 } else { 2_000 });
     let secs = env_or("WR_BENCH_SECS", if measuring { 5 } else { 1 });
     let server = RedisServer::start();
+    let limit = std::env::var("WR_BENCH_REDIS_CPU")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|share| CpuLimit::apply(server.pid(), share));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -463,4 +519,7 @@ fn main() {
         commands_per_op(&server, &store).await;
         throughput(&server, store, n, secs).await;
     });
+    // The server first: its cgroup can go only once it is empty.
+    drop(server);
+    drop(limit);
 }

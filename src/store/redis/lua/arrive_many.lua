@@ -57,17 +57,15 @@ local hold = string.find(flags, 'h', 1, true) ~= nil
 local HELD = 5
 -- Newcomers do not jump another region's older waiters either.
 local nobody_ahead = region_bound == nil
-local visitors = {}
-for i = 14, #ARGV do
-    visitors[#visitors + 1] = ARGV[i]
-end
+local FIRST = 14
+local n = #ARGV - FIRST + 1
 local held_sessions, held_places = {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
 if not fresh then
-    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(visitors))
-    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(visitors))
+    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ARGV, FIRST))
+    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(ARGV, FIRST))
     fresh = true
-    for i = 1, #visitors do
+    for i = 1, n do
         if held_sessions[i] or held_places[i] then
             fresh = false
             break
@@ -135,7 +133,6 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     -- FIFO room are admitted while there is room and nobody waits (here, or
     -- ahead in another region), and the rest queue in arrival order (or,
     -- with `hold`, are held while nobody waits).
-    local n = #visitors
     local admit_n, held_n = 0, 0
     if waiting == 0 and nobody_ahead then
         admit_n = math.max(0, math.min(free_room(), n))
@@ -145,31 +142,33 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     end
     for i = 1, admit_n do
         new_sessions[2 * i - 1] = expiry_s
-        new_sessions[2 * i] = visitors[i]
+        new_sessions[2 * i] = ARGV[FIRST + i - 1]
     end
     admitted_n = admit_n
     active_n = active_n + admit_n
     window_n = window_n + admit_n
-    local first_seq, first_position = 0, 0
-    for i = admit_n + held_n + 1, n do
-        local seq = next_seq()
-        local visitor = visitors[i]
-        new_places[#new_places + 1] = int(seq)
-        new_places[#new_places + 1] = visitor
-        new_polls[#new_polls + 1] = visitor
-        new_polls[#new_polls + 1] = now_s
-        waiting = waiting + 1
-        if first_seq == 0 then
-            first_seq, first_position = seq, waiting
-        end
-    end
     queued_n = n - admit_n - held_n
+    local first_seq, first_position = 0, 0
+    if queued_n > 0 then
+        -- Consecutive seqs, as next_seq() would hand them out one by one.
+        first_seq, first_position = next_seq(), waiting + 1
+        local skip = admit_n + held_n
+        for k = 1, queued_n do
+            local visitor = ARGV[FIRST + skip + k - 1]
+            new_places[2 * k - 1] = int(first_seq + k - 1)
+            new_places[2 * k] = visitor
+            new_polls[2 * k - 1] = visitor
+            new_polls[2 * k] = now_s
+        end
+        last_seq = first_seq + queued_n - 1
+        waiting = waiting + queued_n
+    end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
 else
     out = {}
-    for i, visitor in ipairs(visitors) do
+    for i = 1, n do
         local at = 4 * (i - 1)
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, visitor)
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, ARGV[FIRST + i - 1])
     end
 end
 
@@ -201,7 +200,7 @@ if #new_places > 0 then
 end
 if region_mode then
     -- The region's traffic, which its share of the free slots follows.
-    redis.call('HINCRBY', K_META, 'g_arrivals', #visitors)
+    redis.call('HINCRBY', K_META, 'g_arrivals', n)
 end
 if rejected_n > 0 then
     redis.call('HINCRBY', K_META, 'rejected', rejected_n)
