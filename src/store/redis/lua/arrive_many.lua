@@ -57,13 +57,14 @@ local hold = string.find(flags, 'h', 1, true) ~= nil
 local HELD = 5
 -- Newcomers do not jump another region's older waiters either.
 local nobody_ahead = region_bound == nil
-local FIRST = 14
-local n = #ARGV - FIRST + 1
+-- Visitor i is ARGV[V + i].
+local V = 13
+local n = #ARGV - V
 local held_sessions, held_places = {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
 if not fresh then
-    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ARGV, FIRST))
-    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(ARGV, FIRST))
+    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ARGV, V + 1))
+    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(ARGV, V + 1))
     fresh = true
     for i = 1, n do
         if held_sessions[i] or held_places[i] then
@@ -142,7 +143,7 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     end
     for i = 1, admit_n do
         new_sessions[2 * i - 1] = expiry_s
-        new_sessions[2 * i] = ARGV[FIRST + i - 1]
+        new_sessions[2 * i] = ARGV[V + i]
     end
     admitted_n = admit_n
     active_n = active_n + admit_n
@@ -150,17 +151,15 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     queued_n = n - admit_n - held_n
     local first_seq, first_position = 0, 0
     if queued_n > 0 then
-        -- Consecutive seqs, as next_seq() would hand them out one by one.
-        first_seq, first_position = next_seq(), waiting + 1
+        first_seq, first_position = next_seq(queued_n), waiting + 1
         local skip = admit_n + held_n
         for k = 1, queued_n do
-            local visitor = ARGV[FIRST + skip + k - 1]
+            local visitor = ARGV[V + skip + k]
             new_places[2 * k - 1] = int(first_seq + k - 1)
             new_places[2 * k] = visitor
             new_polls[2 * k - 1] = visitor
             new_polls[2 * k] = now_s
         end
-        last_seq = first_seq + queued_n - 1
         waiting = waiting + queued_n
     end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
@@ -168,7 +167,7 @@ else
     out = {}
     for i = 1, n do
         local at = 4 * (i - 1)
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, ARGV[FIRST + i - 1])
+        out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, ARGV[V + i])
     end
 end
 

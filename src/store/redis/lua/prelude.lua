@@ -410,9 +410,10 @@ local function read_last_seq()
     return last_seq
 end
 
-local function next_seq()
+-- The first of `count` (default 1) consecutive new seqs.
+local function next_seq(count)
     local seq = math.max(math.max(now - SEQ_EPOCH_MS, 0) * SEQ_PER_MS, read_last_seq() + 1)
-    last_seq = seq
+    last_seq = seq + (count or 1) - 1
     return seq
 end
 
