@@ -1,11 +1,14 @@
 //! What cleaning a visitor's request headers costs on every proxied request
 //! (`proxy::headers::sanitize_inbound`): a typical browser request of 12
-//! headers from an untrusted peer, nothing to remove.
+//! headers from an untrusted peer, nothing to remove. Beside it, the other
+//! per-request step that reads the whole path: its match key
+//! (`canonical::match_key`), for a plain path and one that needs trimming.
 //!
 //! `cargo bench --bench headers`
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderName, HeaderValue};
+use waitroom::canonical::match_key;
 use waitroom::proxy::headers::sanitize_inbound;
 
 fn browser_request() -> HeaderMap {
@@ -50,6 +53,14 @@ fn bench(c: &mut Criterion) {
             )
         },
     );
+    for path in [
+        "/shop/products/blue-shirt-42.html",
+        "/shop./products;x/blue-shirt-42.html",
+    ] {
+        c.bench_function(&format!("match_key {path}"), |b| {
+            b.iter(|| match_key(std::hint::black_box(path)).len())
+        });
+    }
 }
 
 criterion_group!(benches, bench);

@@ -266,18 +266,25 @@ fn decode_segment(raw: &[u8], out: &mut String) -> Result<(), Refusal> {
 
 /// What rooms and bypass rules compare against: the canonical path with
 /// each segment's parameters (`;jsessionid=…`) removed, since servers such
-/// as Tomcat route `/shop;x` to `/shop`. A segment that was nothing but
-/// parameters is then empty, and goes as the canonical form merges `//`
-/// (Tomcat routes `/;x/shop` to `/shop`), except at the end, where it is
-/// the trailing slash.
+/// as Tomcat route `/shop;x` to `/shop`, and with each segment's trailing
+/// dots and spaces removed, since Windows (IIS, NTFS) serves `/shop.` and
+/// `/shop%20` as `/shop`. A segment that was nothing but these is then
+/// empty, and goes as the canonical form merges `//` (Tomcat routes
+/// `/;x/shop` to `/shop`), except at the end, where it is the trailing
+/// slash.
 pub fn match_key(path: &str) -> Cow<'_, str> {
-    if !path.contains(';') {
+    let needs_work = path.contains(';')
+        || path.ends_with('.')
+        || path.contains("./")
+        || path.ends_with("%20")
+        || path.contains("%20/");
+    if !needs_work {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len());
     let mut segments = path.strip_prefix('/').unwrap_or(path).split('/').peekable();
     while let Some(segment) = segments.next() {
-        let name = segment.split(';').next().unwrap_or(segment);
+        let name = trimmed(segment.split(';').next().unwrap_or(segment));
         if name.is_empty() && segments.peek().is_some() {
             continue;
         }
@@ -285,6 +292,17 @@ pub fn match_key(path: &str) -> Cow<'_, str> {
         out.push_str(name);
     }
     Cow::Owned(out)
+}
+
+/// `segment` without the trailing dots and (escaped) spaces Windows ignores.
+fn trimmed(mut segment: &str) -> &str {
+    while let Some(rest) = segment
+        .strip_suffix('.')
+        .or_else(|| segment.strip_suffix("%20"))
+    {
+        segment = rest;
+    }
+    segment
 }
 
 /// Whether the path `prefix` covers `path` on whole segments: `/shop`
@@ -548,6 +566,19 @@ mod tests {
         assert_eq!(match_key("/shop/;x"), "/shop/");
         assert_eq!(match_key("/;x"), "/");
         assert_eq!(match_key("/plain"), "/plain");
+    }
+
+    #[test]
+    fn match_keys_drop_trailing_dots_and_spaces() {
+        assert_eq!(match_key("/shop."), "/shop");
+        assert_eq!(match_key("/shop%20"), "/shop");
+        assert_eq!(match_key("/shop.%20./cart"), "/shop/cart");
+        assert_eq!(match_key("/shop.;x"), "/shop");
+        assert_eq!(match_key("/.../shop"), "/shop");
+        assert_eq!(match_key("/shop/..."), "/shop/");
+        assert_eq!(match_key("/shop.html"), "/shop.html");
+        assert_eq!(match_key("/a%20b/c"), "/a%20b/c");
+        assert!(matches!(match_key("/shop/cart.html"), Cow::Borrowed(_)));
     }
 
     #[test]
