@@ -212,8 +212,8 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     report("arrive (admitted)", server);
 }
 
-/// CPU time (user + system) the process `pid` has used, in microseconds.
-fn cpu_us(pid: u32) -> f64 {
+/// CPU time the process `pid` has used, in microseconds: (user, system).
+fn cpu_us(pid: u32) -> (f64, f64) {
     static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     let tick = *TICK.get_or_init(|| {
         std::process::Command::new("getconf")
@@ -234,7 +234,7 @@ fn cpu_us(pid: u32) -> f64 {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (ticks(11) + ticks(12)) * 1e6 / tick
+    (ticks(11) * 1e6 / tick, ticks(12) * 1e6 / tick)
 }
 
 /// A run's figures: operations per second, p50, p99, and the Redis CPU
@@ -244,6 +244,9 @@ struct Run {
     p50: Duration,
     p99: Duration,
     redis_us: f64,
+    /// Of `redis_us`, the time spent in the kernel (reading requests,
+    /// writing replies, waking up).
+    redis_sys_us: f64,
     /// Operations per script call (how well arrivals were batched).
     per_call: f64,
     /// Of `redis_us`, the time Redis spent running the scripts (their
@@ -255,8 +258,8 @@ impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:.0}/s (p50 {:?}, p99 {:?}), Redis CPU {:.1} µs per operation (scripts {:.1}), {:.1} operations per script call, {} callers",
-            self.rate, self.p50, self.p99, self.redis_us, self.script_us, self.per_call, callers()
+            "{:.0}/s (p50 {:?}, p99 {:?}), Redis CPU {:.1} µs per operation (system {:.1}, scripts {:.1}), {:.1} operations per script call, {} callers",
+            self.rate, self.p50, self.p99, self.redis_us, self.redis_sys_us, self.script_us, self.per_call, callers()
         )
     }
 }
@@ -272,13 +275,16 @@ where
     let started = Instant::now();
     let (rate, p50, p99) = timed(secs, op).await;
     let ops = rate * started.elapsed().as_secs_f64();
-    let redis_us = (cpu_us(server.pid()) - before) / ops.max(1.0);
+    let after = cpu_us(server.pid());
+    let redis_us = (after.0 + after.1 - before.0 - before.1) / ops.max(1.0);
+    let redis_sys_us = (after.1 - before.1) / ops.max(1.0);
     let (_, (calls_after, usec_after)) = commandstats(server);
     Run {
         rate,
         p50,
         p99,
         redis_us,
+        redis_sys_us,
         per_call: ops / (calls_after - calls_before).max(1) as f64,
         script_us: (usec_after - usec_before) as f64 / ops.max(1.0),
     }

@@ -206,8 +206,31 @@ async fn every_operation_is_one_script_call() {
             .unwrap_or(0)
     };
     let all: String = server.cmd(&["INFO", "commandstats"]);
-    assert_eq!(calls("evalsha"), 7, "{all}");
-    assert_eq!(calls("eval") + calls("script|load"), 0);
+    // The room functions (arrive, poll, check_in, release, stats), and the
+    // two scripts outside the library (totals, reset).
+    assert_eq!(calls("fcall"), 5, "{all}");
+    assert_eq!(calls("evalsha"), 2, "{all}");
+    assert_eq!(
+        calls("eval") + calls("script|load") + calls("function|load"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_lost_the_room_functions_gets_them_again() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    store.arrive(&p, vid(1), T0).await.unwrap();
+    let loaded: Vec<redis::Value> = server.cmd(&["FUNCTION", "LIST"]);
+    assert_eq!(loaded.len(), 1, "one library");
+    // As after a restart without persistence: the next call loads the
+    // library again and is answered, with the room's state intact.
+    let _: () = server.cmd(&["FUNCTION", "FLUSH"]);
+    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    assert_eq!(q.position, 1);
+    let loaded: Vec<redis::Value> = server.cmd(&["FUNCTION", "LIST"]);
+    assert_eq!(loaded.len(), 1, "loaded again");
+    assert!(store.check_in(&p, vid(1), T0, T0).await.unwrap().is_some());
 }
 
 #[tokio::test]

@@ -76,7 +76,7 @@ fn in_session(server: &RedisServer, room: &str, v: VisitorId) -> bool {
 
 fn scripts_run(server: &RedisServer) -> u64 {
     server
-        .info_field("commandstats", "cmdstat_evalsha")
+        .info_field("commandstats", "cmdstat_fcall")
         .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
         .unwrap_or(0)
 }

@@ -18,6 +18,7 @@
 
 mod arrivals;
 pub mod frontier;
+mod library;
 pub mod region;
 
 use std::collections::{HashMap, HashSet};
@@ -37,55 +38,31 @@ use super::{
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
+use library::{Library, RoomCall, RoomFn};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
 const KEY_TTL_MARGIN_MS: Millis = 60 * 60 * 1000;
 
-/// The scripts that decide share one prelude (policy, housekeeping,
-/// promotion); Redis has no `require`, so it is concatenated at compile time.
-macro_rules! room_script {
-    ($file:literal) => {
-        concat!(include_str!("lua/prelude.lua"), "\n", include_str!($file))
-    };
-}
-
-/// The Lua scripts, hashed once; `Script` sends EVALSHA and loads the script
-/// on NOSCRIPT (after a restart, `SCRIPT FLUSH` or a failover).
+/// The scripts outside the room library (`library`), hashed once; `Script`
+/// sends EVALSHA and loads the script on NOSCRIPT (after a restart,
+/// `SCRIPT FLUSH` or a failover).
 struct Scripts {
-    arrive: Script,
-    poll: Script,
-    check_in: Script,
-    release: Script,
-    stats: Script,
-    frontier: Script,
     totals: Script,
     reset: Script,
-    start_event: Script,
     overrides: Script,
     set_overrides: Script,
     note: Script,
-    region_begin: Script,
-    region_apply: Script,
 }
 
 impl Scripts {
     fn new() -> Self {
         Self {
-            arrive: Script::new(room_script!("lua/arrive_many.lua")),
-            poll: Script::new(room_script!("lua/poll.lua")),
-            check_in: Script::new(room_script!("lua/check_in.lua")),
-            release: Script::new(room_script!("lua/release.lua")),
-            stats: Script::new(room_script!("lua/stats.lua")),
-            frontier: Script::new(room_script!("lua/frontier.lua")),
             totals: Script::new(include_str!("lua/totals.lua")),
             reset: Script::new(include_str!("lua/reset.lua")),
-            start_event: Script::new(room_script!("lua/start_event.lua")),
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
             note: Script::new(include_str!("lua/note.lua")),
-            region_begin: Script::new(room_script!("lua/region_begin.lua")),
-            region_apply: Script::new(room_script!("lua/region_apply.lua")),
         }
     }
 }
@@ -107,6 +84,8 @@ pub struct RedisStore {
 
 struct Inner {
     conn: Connection,
+    /// The room functions (every decision).
+    library: Library,
     scripts: Scripts,
     /// Bound on every call, reconnection included (I6).
     timeout: Duration,
@@ -227,6 +206,7 @@ impl RedisStore {
         let store = Self {
             inner: Arc::new(Inner {
                 conn,
+                library: Library::new(),
                 scripts: Scripts::new(),
                 timeout,
                 clock_offset_us: AtomicI64::new(OFFSET_UNKNOWN),
@@ -315,20 +295,29 @@ impl Inner {
         bounded(self.timeout, invocation.invoke_async::<Value>(conn)).await?
     }
 
-    /// A room script invocation with the policy, `now` and a deadline as
-    /// its leading ARGV (see `lua/prelude.lua`).
-    fn room_call<'a>(
+    /// Runs one room function call, bounded by the store timeout.
+    async fn run_room(&self, call: &RoomCall<'_>) -> Result<Value, StoreError> {
+        match self.conn.clone() {
+            Connection::Single(mut c) => {
+                bounded(self.timeout, self.library.run(&mut c, call)).await?
+            }
+            Connection::Cluster(mut c) => {
+                bounded(self.timeout, self.library.run(&mut c, call)).await?
+            }
+        }
+    }
+
+    /// A room function call with the policy, `now` and a deadline as its
+    /// leading arguments (see `lua/prelude.lua`).
+    fn room_call(
         &self,
-        script: &'a Script,
+        function: RoomFn,
         keys: &RoomKeys,
         room: &RoomPolicy,
         now_ms: Millis,
         deadline_us: i64,
-    ) -> ScriptInvocation<'a> {
-        let mut inv = script.prepare_invoke();
-        for key in &keys.0 {
-            inv.key(key.as_str());
-        }
+    ) -> RoomCall<'_> {
+        let mut inv = self.library.call(function, &keys.0);
         inv.arg(now_ms);
         if self.regional(room) {
             // The region's grants, kept in the regional store (`region`):
@@ -449,12 +438,12 @@ impl Inner {
         flags: Flags,
     ) -> Result<Vec<Option<Verdict>>, StoreError> {
         let keys = RoomKeys::new(&policy.room);
-        let mut inv = self.room_call(&self.scripts.arrive, &keys, policy, now, deadline);
+        let mut inv = self.room_call(RoomFn::Arrive, &keys, policy, now, deadline);
         inv.arg(flags.arg());
         for v in visitors {
             inv.arg(v.to_hex());
         }
-        let reply = self.run(&inv).await?;
+        let reply = self.run_room(&inv).await?;
         decode_verdicts(&reply, visitors.len())
     }
 
@@ -500,7 +489,7 @@ impl Inner {
     /// polls answered since the last one, and installs it.
     async fn refresh_frontier(&self, room: &RoomPolicy, now_ms: Millis, seen: Vec<VisitorId>) {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(&self.scripts.frontier, &keys, room, now_ms, 0);
+        let mut inv = self.room_call(RoomFn::Frontier, &keys, room, now_ms, 0);
         inv.key(RoomKeys::overrides(&room.room))
             .arg(frontier::VALID_MS + frontier::SKEW_MS)
             .arg(frontier::PRECISION)
@@ -510,7 +499,7 @@ impl Inner {
             inv.arg(v.to_hex()).arg(at.as_str());
         }
         let outcome = match self
-            .run(&inv)
+            .run_room(&inv)
             .await
             .and_then(|v| decode_description(&v, now_ms))
         {
@@ -871,15 +860,9 @@ impl Store for RedisStore {
             }
         }
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(
-            &inner.scripts.poll,
-            &keys,
-            room,
-            now_ms,
-            inner.deadline_us(),
-        );
+        let mut inv = inner.room_call(RoomFn::Poll, &keys, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex()).arg(seq);
-        decode_verdict(&inner.run(&inv).await?)
+        decode_verdict(&inner.run_room(&inv).await?)
     }
 
     async fn check_in(
@@ -891,15 +874,9 @@ impl Store for RedisStore {
     ) -> Result<Option<Millis>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(
-            &inner.scripts.check_in,
-            &keys,
-            room,
-            now_ms,
-            inner.deadline_us(),
-        );
+        let mut inv = inner.room_call(RoomFn::CheckIn, &keys, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
-        match inner.run(&inv).await? {
+        match inner.run_room(&inv).await? {
             Value::Nil => Ok(None),
             v => as_u64(&v).map(Some).ok_or_else(|| protocol("check_in", &v)),
         }
@@ -913,15 +890,9 @@ impl Store for RedisStore {
     ) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(
-            &inner.scripts.release,
-            &keys,
-            room,
-            now_ms,
-            inner.deadline_us(),
-        );
+        let mut inv = inner.room_call(RoomFn::Release, &keys, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex());
-        match inner.run(&inv).await? {
+        match inner.run_room(&inv).await? {
             Value::Int(0) => Ok(false),
             Value::Int(1) => {
                 // Its ticket must now get "ended", which only the script says.
@@ -935,8 +906,8 @@ impl Store for RedisStore {
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let inv = inner.room_call(&inner.scripts.stats, &keys, room, now_ms, 0);
-        let reply = inner.run(&inv).await?;
+        let inv = inner.room_call(RoomFn::Stats, &keys, room, now_ms, 0);
+        let reply = inner.run_room(&inv).await?;
         let bad = || protocol("stats", &reply);
         let Value::Array(items) = &reply else {
             return Err(bad());
@@ -993,14 +964,14 @@ impl Store for RedisStore {
         let keys = RoomKeys::new(&room.room);
         let mut inv = self
             .inner
-            .room_call(&self.inner.scripts.start_event, &keys, room, now_ms, 0);
+            .room_call(RoomFn::StartEvent, &keys, room, now_ms, 0);
         inv.arg(event.key.as_str())
             .arg(event.prequeue_seq)
             .arg(event.start_seq)
             .arg(u8::from(event.shuffle))
             // Redis seeds its script generator with 32 bits.
             .arg(event.seed & 0x7fff_ffff);
-        let reply = self.inner.run(&inv).await?;
+        let reply = self.inner.run_room(&inv).await?;
         let moved = as_u64(&reply).ok_or_else(|| protocol("start_event", &reply))?;
         if moved > 0 {
             self.inner.frontiers.forget(&room.room);

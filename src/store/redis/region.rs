@@ -14,6 +14,7 @@
 use async_trait::async_trait;
 use redis::Value;
 
+use super::library::RoomFn;
 use super::{ints, RedisStore, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError};
@@ -136,9 +137,9 @@ impl RedisStore {
     ) -> Result<Option<Snapshot>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(&inner.scripts.region_begin, &keys, room, now_ms, 0);
+        let mut inv = inner.room_call(RoomFn::RegionBegin, &keys, room, now_ms, 0);
         inv.arg(turn_ms).arg(u8::from(force));
-        let reply = inner.run(&inv).await?;
+        let reply = inner.run_room(&inv).await?;
         if matches!(reply, Value::Nil) {
             return Ok(None);
         }
@@ -186,7 +187,7 @@ impl RedisStore {
     ) -> Result<Applied, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(&inner.scripts.region_apply, &keys, room, now_ms, 0);
+        let mut inv = inner.room_call(RoomFn::RegionApply, &keys, room, now_ms, 0);
         inv.arg(raised).arg(returned);
         match target {
             Some(t) => inv.arg(t),
@@ -203,7 +204,7 @@ impl RedisStore {
             None => inv.arg(-1),
         };
         let [raised, lowered, given, rate_raised, rate_lowered, rate_given] =
-            ints::<6>("region_apply", &inner.run(&inv).await?)?;
+            ints::<6>("region_apply", &inner.run_room(&inv).await?)?;
         Ok(Applied {
             raised,
             lowered,

@@ -1,7 +1,9 @@
 -- Prelude of every room script that decides: the room policy read from ARGV,
--- housekeeping and promotion. Redis has no `require`, so the Rust side
--- concatenates this file in front of each script; every script therefore
--- applies the same rules in the same atomic run.
+-- housekeeping and promotion. The Rust side (library.rs) loads this file
+-- once as the head of a Redis function library, each room script after it
+-- as one function that starts with begin(); every script therefore applies
+-- the same rules in the same atomic run, and the helpers below are built
+-- once per server, not once per call.
 --
 -- KEYS (one hash tag, so one cluster slot):
 --   1 sessions  ZSET visitor -> session expiry (ms)
@@ -33,36 +35,13 @@
 -- runs in the scripts the daemon calls periodically (stats, frontier), so
 -- the per-visitor scripts stay short.
 
-local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES =
-    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-
-local now = tonumber(ARGV[1])
-local cap = tonumber(ARGV[2])
--- Whether `cap` limits anything (0 = unlimited in the central mode).
-local capped = cap ~= nil and cap > 0
-local rate = tonumber(ARGV[3])
-local session_ms = tonumber(ARGV[4])
-local renewal = ARGV[5] == '1'
-local method = ARGV[6]
-local max_queue = tonumber(ARGV[7])
-local abandon_ms = tonumber(ARGV[8])
-local grace_ms = tonumber(ARGV[9])
-local state = ARGV[10]
-local key_ttl_ms = ARGV[11]
-local deadline_us = tonumber(ARGV[12])
-
--- A call that waited in a frozen or overloaded Redis past its caller's
--- timeout must not land later: the caller has already answered the visitor
--- (by the fail mode), so an admission or queue place made now would be a
--- ghost holding a slot. TIME is the server's clock; the caller converts its
--- deadline to it with a measured offset.
-if deadline_us > 0 then
-    local t = redis.call('TIME')
-    if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
-        return redis.error_reply('DEADLINE the caller gave up on this call')
-    end
-end
-
+-- The call's keys and arguments, and everything read from them: set by
+-- begin() at the start of every call (Redis runs one call at a time, so
+-- these library-level locals are the call's own while it runs).
+local KEYS, ARGV
+local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES
+local now, now_s, cap, capped, rate, session_ms, renewal, method, max_queue
+local abandon_ms, grace_ms, state, key_ttl_ms
 -- Region mode (src/region, store/redis/region.rs): ARGV[2] is 'grant' and
 -- the cap is the region's grant, kept in meta as two totals that only grow
 -- (g_raised: slots the global store granted, g_lowered: slots the region
@@ -78,27 +57,75 @@ end
 -- room's rate; `room_rate` keeps the room's (an upper bound on any grant).
 -- ARGV[2] = 'rate_grant' is region mode for a room without a capacity
 -- limit: only its rate is a grant.
-local region_mode = ARGV[2] == 'grant' or ARGV[2] == 'rate_grant'
-local region_bound
--- Whether the room has a rate limit (`rate` may be a grant of 0).
-local rated = rate > 0
-local room_rate = rate
-if region_mode then
-    local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until',
-        'r_raised', 'r_lowered')
-    if ARGV[2] == 'grant' then
-        cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
-        capped = true
-    else
-        cap = 0
+local region_mode, region_bound, rated, room_rate
+-- Active sessions and admissions in the window, read once per call and
+-- kept up to date by admit() and promote(); the queue's length as
+-- promote() left it (nil if it did not look).
+local active_n, window_n, queue_n
+-- The highest seq handed out so far (nil until read), and when the room's
+-- keys last had their expiry moved (see `keep_alive`).
+local last_seq, ttl_at
+-- last_seq as read from meta, so save_last_seq() writes only a change.
+local stored_last_seq
+
+-- Reads the call's policy; returns an error reply if the call must not run.
+local function begin(keys, args)
+    KEYS, ARGV = keys, args
+    K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES =
+        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+    now_s = args[1]
+    now = tonumber(now_s)
+    cap = tonumber(args[2])
+    -- Whether `cap` limits anything (0 = unlimited in the central mode).
+    capped = cap ~= nil and cap > 0
+    rate = tonumber(args[3])
+    session_ms = tonumber(args[4])
+    renewal = args[5] == '1'
+    method = args[6]
+    max_queue = tonumber(args[7])
+    abandon_ms = tonumber(args[8])
+    grace_ms = tonumber(args[9])
+    state = args[10]
+    key_ttl_ms = args[11]
+    active_n, window_n, queue_n = nil, nil, nil
+    last_seq, ttl_at, stored_last_seq = nil, nil, nil
+
+    -- A call that waited in a frozen or overloaded Redis past its caller's
+    -- timeout must not land later: the caller has already answered the
+    -- visitor (by the fail mode), so an admission or queue place made now
+    -- would be a ghost holding a slot. TIME is the server's clock; the
+    -- caller converts its deadline to it with a measured offset.
+    local deadline_us = tonumber(args[12])
+    if deadline_us > 0 then
+        local t = redis.call('TIME')
+        if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
+            return redis.error_reply('DEADLINE the caller gave up on this call')
+        end
     end
-    if rated then
-        rate = math.max(0, tonumber(g[5] or '0') - tonumber(g[6] or '0'))
+
+    region_mode = args[2] == 'grant' or args[2] == 'rate_grant'
+    region_bound = nil
+    -- Whether the room has a rate limit (`rate` may be a grant of 0).
+    rated = rate > 0
+    room_rate = rate
+    if region_mode then
+        local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until',
+            'r_raised', 'r_lowered')
+        if args[2] == 'grant' then
+            cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
+            capped = true
+        else
+            cap = 0
+        end
+        if rated then
+            rate = math.max(0, tonumber(g[5] or '0') - tonumber(g[6] or '0'))
+        end
+        local b, b_until = tonumber(g[3] or '0'), tonumber(g[4] or '0')
+        if b > 0 and b_until > now then
+            region_bound = b
+        end
     end
-    local b, b_until = tonumber(g[3] or '0'), tonumber(g[4] or '0')
-    if b > 0 and b_until > now then
-        region_bound = b
-    end
+    return nil
 end
 
 -- Must match `RATE_WINDOW_MS`, `SEQ_EPOCH_MS` and `SEQ_PER_MS` in store/mod.rs.
@@ -124,7 +151,6 @@ local R_CLOSED, R_QUEUE_FULL, R_OVER_LIMIT = 1, 2, 3
 local function int(n)
     return string.format('%d', n)
 end
-local now_s = ARGV[1]
 
 -- How many admissions a window member stands for ("<id>:<count>").
 local function admissions_in(member)
@@ -139,11 +165,6 @@ local function admissions(members)
     end
     return n
 end
-
--- Active sessions and admissions in the window, read once per run and
--- kept up to date by admit() and promote(); the queue's length as
--- promote() left it (nil if it did not look).
-local active_n, window_n, queue_n
 
 -- What every decision depends on: expired sessions and admissions outside
 -- the window are gone.
@@ -235,12 +256,6 @@ local function maintain()
         redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
     end
 end
-
--- The highest seq handed out so far (nil until read), and when the room's
--- keys last had their expiry moved (see `keep_alive`).
-local last_seq, ttl_at
--- last_seq as read from meta, so save_last_seq() writes only a change.
-local stored_last_seq
 
 local function counts()
     if not active_n then

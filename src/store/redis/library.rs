@@ -1,0 +1,224 @@
+//! The room scripts as one Redis function library (Redis 7 `FUNCTION LOAD`,
+//! called with `FCALL`).
+//!
+//! Every room script starts from the same prelude (`lua/prelude.lua`): some
+//! thirty helper functions and the room policy read from the arguments. Sent
+//! as scripts, Redis would build those helpers again before every call, which
+//! cost about 60,000 instructions a call: more than a whole batch of
+//! admissions. In a library they are built once, when the library is
+//! loaded, and each call only reads its arguments (`begin`).
+//!
+//! The library's name and its functions' names carry a hash of the code, so
+//! instances running different versions never replace each other's
+//! functions, as with `EVALSHA`. A server without the library (restarted
+//! without persistence, `FUNCTION FLUSH`, a new cluster node) answers
+//! "Function not found"; the call then loads the library (on every primary
+//! of a cluster) and is sent again.
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisError, ToRedisArgs, Value};
+
+/// One room script: its name, and its file (run after the prelude).
+const ROOM_SCRIPTS: [(RoomFn, &str, &str); 9] = [
+    (
+        RoomFn::Arrive,
+        "arrive",
+        include_str!("lua/arrive_many.lua"),
+    ),
+    (RoomFn::Poll, "poll", include_str!("lua/poll.lua")),
+    (
+        RoomFn::CheckIn,
+        "check_in",
+        include_str!("lua/check_in.lua"),
+    ),
+    (RoomFn::Release, "release", include_str!("lua/release.lua")),
+    (RoomFn::Stats, "stats", include_str!("lua/stats.lua")),
+    (
+        RoomFn::Frontier,
+        "frontier",
+        include_str!("lua/frontier.lua"),
+    ),
+    (
+        RoomFn::StartEvent,
+        "start_event",
+        include_str!("lua/start_event.lua"),
+    ),
+    (
+        RoomFn::RegionBegin,
+        "region_begin",
+        include_str!("lua/region_begin.lua"),
+    ),
+    (
+        RoomFn::RegionApply,
+        "region_apply",
+        include_str!("lua/region_apply.lua"),
+    ),
+];
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// The room functions.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RoomFn {
+    Arrive,
+    Poll,
+    CheckIn,
+    Release,
+    Stats,
+    Frontier,
+    StartEvent,
+    RegionBegin,
+    RegionApply,
+}
+
+/// The library's code and its functions' versioned names.
+pub(crate) struct Library {
+    code: String,
+    names: Vec<String>,
+}
+
+impl Library {
+    pub(crate) fn new() -> Self {
+        let mut source = String::from(PRELUDE);
+        for (_, _, body) in ROOM_SCRIPTS {
+            source.push_str(body);
+        }
+        // A short hash is enough to tell versions apart; the code is ours.
+        let hash = redis::Script::new(&source).get_hash().to_string();
+        let version = &hash[..12];
+        let mut code = format!("#!lua name=waitroom_{version}\n{PRELUDE}\n");
+        let mut names = Vec::with_capacity(ROOM_SCRIPTS.len());
+        for (i, (f, name, body)) in ROOM_SCRIPTS.into_iter().enumerate() {
+            debug_assert_eq!(f as usize, i);
+            let name = format!("waitroom_{version}_{name}");
+            // `begin` refuses a call whose caller has given up on it.
+            code.push_str(&format!(
+                "redis.register_function('{name}', function(keys, args)\n\
+                 local refused = begin(keys, args)\n\
+                 if refused then return refused end\n\
+                 {body}\nend)\n"
+            ));
+            names.push(name);
+        }
+        Self { code, names }
+    }
+
+    /// A call of `f` on the room's `keys`.
+    pub(crate) fn call<'a>(&'a self, f: RoomFn, keys: &[String]) -> RoomCall<'a> {
+        let mut call = RoomCall {
+            function: &self.names[f as usize],
+            keys: Vec::with_capacity(keys.len() + 1),
+            args: Vec::with_capacity(16),
+        };
+        for k in keys {
+            call.key(k.as_str());
+        }
+        call
+    }
+
+    /// Runs `call`; loads the library first if the server does not have it.
+    pub(crate) async fn run<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        call: &RoomCall<'_>,
+    ) -> Result<Value, RedisError> {
+        let cmd = call.cmd();
+        match cmd.query_async::<Value>(conn).await {
+            Err(e) if missing_function(&e) => {
+                redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(&self.code)
+                    .query_async::<Value>(conn)
+                    .await?;
+                cmd.query_async(conn).await
+            }
+            result => result,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+/// "ERR Function not found": the server does not have this version loaded.
+fn missing_function(e: &RedisError) -> bool {
+    e.detail()
+        .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// The keys and arguments of one room function call, as `FCALL` takes them.
+pub(crate) struct RoomCall<'a> {
+    function: &'a str,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl RoomCall<'_> {
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(self.function).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_function_is_registered_under_its_versioned_name() {
+        let lib = Library::new();
+        assert!(lib.code().starts_with("#!lua name=waitroom_"));
+        for (f, name, _) in ROOM_SCRIPTS {
+            let full = &lib.names[f as usize];
+            assert!(full.ends_with(&format!("_{name}")), "{full}");
+            assert!(lib.code().contains(&format!("register_function('{full}'")));
+        }
+    }
+
+    #[test]
+    fn a_call_sends_its_key_count_keys_then_arguments() {
+        let lib = Library::new();
+        let keys = ["a".to_string(), "b".to_string()];
+        let mut call = lib.call(RoomFn::Poll, &keys);
+        call.arg(7).key("c").arg("x");
+        let packed = String::from_utf8(call.cmd().get_packed_command()).unwrap();
+        let parts: Vec<&str> = packed
+            .split("\r\n")
+            .filter(|p| !p.starts_with(['*', '$']))
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                "FCALL",
+                lib.names[RoomFn::Poll as usize].as_str(),
+                "3",
+                "a",
+                "b",
+                "c",
+                "7",
+                "x",
+                ""
+            ]
+        );
+    }
+}
