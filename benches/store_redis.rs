@@ -60,7 +60,8 @@ fn key_bytes(server: &RedisServer, key: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// `(calls, usec)` summed over every command but EVALSHA, and EVALSHA's own.
+/// `(calls, usec)` summed over every command but the script calls (FCALL,
+/// EVALSHA), and theirs.
 fn commandstats(server: &RedisServer) -> ((u64, u64), (u64, u64)) {
     let info: String = server.cmd(&["INFO", "commandstats"]);
     let mut inner = (0, 0);
@@ -76,7 +77,11 @@ fn commandstats(server: &RedisServer) -> ((u64, u64), (u64, u64)) {
         };
         let (calls, usec) = (field("calls="), field("usec="));
         match name {
-            "cmdstat_evalsha" => script = (calls, usec),
+            // The room functions, and the recipe's script.
+            "cmdstat_fcall" | "cmdstat_evalsha" => {
+                script.0 += calls;
+                script.1 += usec;
+            }
             "cmdstat_config|resetstat" | "cmdstat_info" => {}
             _ => {
                 inner.0 += calls;
