@@ -80,11 +80,21 @@ fn cpu_us(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) * 1e6 / tick
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    server
-        .info_field("commandstats", "cmdstat_evalsha")
-        .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
-        .unwrap_or(0)
+/// Room script runs so far: FCALL (the room functions), and EVALSHA (the
+/// scripts before them, so an older build is measured the same way).
+fn script_calls(server: &RedisServer) -> u64 {
+    ["cmdstat_fcall", "cmdstat_evalsha"]
+        .iter()
+        .filter_map(|stat| {
+            server.info_field("commandstats", stat).and_then(|v| {
+                v.split(',')
+                    .next()?
+                    .strip_prefix("calls=")?
+                    .parse::<u64>()
+                    .ok()
+            })
+        })
+        .sum()
 }
 
 fn used_memory(server: &RedisServer) -> f64 {
@@ -146,7 +156,7 @@ async fn poll_run(
         .unwrap();
     let answered = Arc::new(AtomicU64::new(0));
     let next = Arc::new(AtomicU64::new(0));
-    let (cpu0, calls0) = (cpu_us(server.pid()), evalsha_calls(server));
+    let (cpu0, calls0) = (cpu_us(server.pid()), script_calls(server));
     let started = Instant::now();
     let tick = Duration::from_millis(10);
     let per_tick = (rate as f64 * tick.as_secs_f64()).round().max(1.0) as u64;
@@ -217,7 +227,7 @@ async fn poll_run(
         answered: answered / took,
         redis_cpu_per_s: cpu / took / 1e6,
         redis_us_per_poll: cpu / answered.max(1.0),
-        scripts_per_poll: (evalsha_calls(server) - calls0) as f64 / answered.max(1.0),
+        scripts_per_poll: (script_calls(server) - calls0) as f64 / answered.max(1.0),
         errors,
     }
 }
