@@ -168,7 +168,10 @@ async fn scripts_are_reloaded_after_script_flush() {
     let (server, store) = start().await;
     let p = policy(0, 0);
     assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    store.totals(&p).await.unwrap();
+    // The room functions are not scripts; totals is, and must load again.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    assert_eq!(store.totals(&p).await.unwrap().admitted, 1);
     assert!(is_admitted(&store.arrive(&p, vid(2), T0).await.unwrap()));
     assert!(store
         .check_in(&p, vid(1), T0 + 1, T0 + 1)
