@@ -28,11 +28,11 @@ use std::task::{Context, Poll};
 
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-use crate::body::Body;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Duration, Instant};
+
+use crate::body::Body;
 
 /// The next connection the caps admit, or `None` once `stop` changes. A
 /// failed accept (usually: out of file descriptors) waits for some to free

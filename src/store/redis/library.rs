@@ -16,7 +16,7 @@
 //! of a cluster) and is sent again.
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, RedisError, ToRedisArgs, Value};
+use redis::{Cmd, RedisError, Value};
 
 /// One room script: its name, and its file (run after the prelude).
 const ROOM_SCRIPTS: [(RoomFn, &str, &str); 9] = [
@@ -103,27 +103,20 @@ impl Library {
         Self { code, names }
     }
 
-    /// A call of `f` on the room's `keys`.
-    pub(crate) fn call<'a>(&'a self, f: RoomFn, keys: &[String]) -> RoomCall<'a> {
-        let mut call = RoomCall {
-            function: &self.names[f as usize],
-            keys: Vec::with_capacity(keys.len() + 1),
-            args: Vec::with_capacity(16),
-        };
-        for k in keys {
-            call.key(k.as_str());
-        }
-        call
+    /// An `FCALL` of `f` on `keys`; the caller adds the arguments.
+    pub(crate) fn call(&self, f: RoomFn, keys: &[String]) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&self.names[f as usize]).arg(keys.len()).arg(keys);
+        cmd
     }
 
     /// Runs `call`; loads the library first if the server does not have it.
     pub(crate) async fn run<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
-        call: &RoomCall<'_>,
+        call: &Cmd,
     ) -> Result<Value, RedisError> {
-        let cmd = call.cmd();
-        match cmd.query_async::<Value>(conn).await {
+        match call.query_async::<Value>(conn).await {
             Err(e) if missing_function(&e) => {
                 redis::cmd("FUNCTION")
                     .arg("LOAD")
@@ -131,7 +124,7 @@ impl Library {
                     .arg(&self.code)
                     .query_async::<Value>(conn)
                     .await?;
-                cmd.query_async(conn).await
+                call.query_async(conn).await
             }
             result => result,
         }
@@ -147,37 +140,6 @@ impl Library {
 fn missing_function(e: &RedisError) -> bool {
     e.detail()
         .is_some_and(|d| d.starts_with("Function not found"))
-}
-
-/// The keys and arguments of one room function call, as `FCALL` takes them.
-pub(crate) struct RoomCall<'a> {
-    function: &'a str,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl RoomCall<'_> {
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    fn cmd(&self) -> Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(self.function).arg(self.keys.len());
-        for k in &self.keys {
-            cmd.arg(k.as_slice());
-        }
-        for a in &self.args {
-            cmd.arg(a.as_slice());
-        }
-        cmd
-    }
 }
 
 #[cfg(test)]
@@ -198,10 +160,10 @@ mod tests {
     #[test]
     fn a_call_sends_its_key_count_keys_then_arguments() {
         let lib = Library::new();
-        let keys = ["a".to_string(), "b".to_string()];
+        let keys = ["a".to_string(), "b".to_string(), "c".to_string()];
         let mut call = lib.call(RoomFn::Poll, &keys);
-        call.arg(7).key("c").arg("x");
-        let packed = String::from_utf8(call.cmd().get_packed_command()).unwrap();
+        call.arg(7).arg("x");
+        let packed = String::from_utf8(call.get_packed_command()).unwrap();
         let parts: Vec<&str> = packed
             .split("\r\n")
             .filter(|p| !p.starts_with(['*', '$']))

@@ -38,7 +38,7 @@ use super::{
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
-use library::{Library, RoomCall, RoomFn};
+use library::{Library, RoomFn};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
@@ -296,7 +296,7 @@ impl Inner {
     }
 
     /// Runs one room function call, bounded by the store timeout.
-    async fn run_room(&self, call: &RoomCall<'_>) -> Result<Value, StoreError> {
+    async fn run_room(&self, call: &redis::Cmd) -> Result<Value, StoreError> {
         match self.conn.clone() {
             Connection::Single(mut c) => {
                 bounded(self.timeout, self.library.run(&mut c, call)).await?
@@ -312,12 +312,12 @@ impl Inner {
     fn room_call(
         &self,
         function: RoomFn,
-        keys: &RoomKeys,
+        keys: &[String],
         room: &RoomPolicy,
         now_ms: Millis,
         deadline_us: i64,
-    ) -> RoomCall<'_> {
-        let mut inv = self.library.call(function, &keys.0);
+    ) -> redis::Cmd {
+        let mut inv = self.library.call(function, keys);
         inv.arg(now_ms);
         if self.regional(room) {
             // The region's grants, kept in the regional store (`region`):
@@ -438,7 +438,7 @@ impl Inner {
         flags: Flags,
     ) -> Result<Vec<Option<Verdict>>, StoreError> {
         let keys = RoomKeys::new(&policy.room);
-        let mut inv = self.room_call(RoomFn::Arrive, &keys, policy, now, deadline);
+        let mut inv = self.room_call(RoomFn::Arrive, &keys.0, policy, now, deadline);
         inv.arg(flags.arg());
         for v in visitors {
             inv.arg(v.to_hex());
@@ -488,10 +488,10 @@ impl Inner {
     /// Asks Redis for a new description of `room`'s queue, writing the
     /// polls answered since the last one, and installs it.
     async fn refresh_frontier(&self, room: &RoomPolicy, now_ms: Millis, seen: Vec<VisitorId>) {
-        let keys = RoomKeys::new(&room.room);
+        let mut keys = RoomKeys::new(&room.room).0.to_vec();
+        keys.push(RoomKeys::overrides(&room.room));
         let mut inv = self.room_call(RoomFn::Frontier, &keys, room, now_ms, 0);
-        inv.key(RoomKeys::overrides(&room.room))
-            .arg(frontier::VALID_MS + frontier::SKEW_MS)
+        inv.arg(frontier::VALID_MS + frontier::SKEW_MS)
             .arg(frontier::PRECISION)
             .arg(self.frontier_min_queue.load(Ordering::Relaxed));
         let at = now_ms.to_string();
@@ -860,7 +860,7 @@ impl Store for RedisStore {
             }
         }
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::Poll, &keys, room, now_ms, inner.deadline_us());
+        let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex()).arg(seq);
         decode_verdict(&inner.run_room(&inv).await?)
     }
@@ -874,7 +874,7 @@ impl Store for RedisStore {
     ) -> Result<Option<Millis>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::CheckIn, &keys, room, now_ms, inner.deadline_us());
+        let mut inv = inner.room_call(RoomFn::CheckIn, &keys.0, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
         match inner.run_room(&inv).await? {
             Value::Nil => Ok(None),
@@ -890,7 +890,7 @@ impl Store for RedisStore {
     ) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::Release, &keys, room, now_ms, inner.deadline_us());
+        let mut inv = inner.room_call(RoomFn::Release, &keys.0, room, now_ms, inner.deadline_us());
         inv.arg(visitor.to_hex());
         match inner.run_room(&inv).await? {
             Value::Int(0) => Ok(false),
@@ -906,7 +906,7 @@ impl Store for RedisStore {
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let inv = inner.room_call(RoomFn::Stats, &keys, room, now_ms, 0);
+        let inv = inner.room_call(RoomFn::Stats, &keys.0, room, now_ms, 0);
         let reply = inner.run_room(&inv).await?;
         let bad = || protocol("stats", &reply);
         let Value::Array(items) = &reply else {
@@ -964,7 +964,7 @@ impl Store for RedisStore {
         let keys = RoomKeys::new(&room.room);
         let mut inv = self
             .inner
-            .room_call(RoomFn::StartEvent, &keys, room, now_ms, 0);
+            .room_call(RoomFn::StartEvent, &keys.0, room, now_ms, 0);
         inv.arg(event.key.as_str())
             .arg(event.prequeue_seq)
             .arg(event.start_seq)

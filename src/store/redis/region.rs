@@ -137,7 +137,7 @@ impl RedisStore {
     ) -> Result<Option<Snapshot>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::RegionBegin, &keys, room, now_ms, 0);
+        let mut inv = inner.room_call(RoomFn::RegionBegin, &keys.0, room, now_ms, 0);
         inv.arg(turn_ms).arg(u8::from(force));
         let reply = inner.run_room(&inv).await?;
         if matches!(reply, Value::Nil) {
@@ -187,7 +187,7 @@ impl RedisStore {
     ) -> Result<Applied, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::RegionApply, &keys, room, now_ms, 0);
+        let mut inv = inner.room_call(RoomFn::RegionApply, &keys.0, room, now_ms, 0);
         inv.arg(raised).arg(returned);
         match target {
             Some(t) => inv.arg(t),

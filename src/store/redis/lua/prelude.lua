@@ -212,6 +212,14 @@ local function drop(gone)
     end
 end
 
+-- Moves every room key's expiry forward, so a room nobody uses any more
+-- disappears on its own instead of leaking memory.
+local function expire_all()
+    for i = 1, 7 do
+        redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
+    end
+end
+
 -- The periodic part: visitors who stopped polling lose their place (the
 -- sweep moves through the queue SWEEP_MAX places a run; promotion checks
 -- whoever it is about to admit, so nobody gone is ever admitted), marks
@@ -250,11 +258,7 @@ local function maintain()
             end
         end
     end
-    -- Every key's expiry moves forward, so a room nobody uses any more
-    -- disappears on its own instead of leaking memory.
-    for i = 1, 7 do
-        redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
-    end
+    expire_all()
 end
 
 local function counts()
@@ -288,9 +292,7 @@ local function keep_alive(created)
     if math.abs(now - ttl_at) >= TTL_REFRESH_MS then
         redis.call('HSET', K_META, 'ttl_at', now_s)
         ttl_at = now
-        for i = 1, 7 do
-            redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
-        end
+        expire_all()
     else
         for _, key in ipairs(created) do
             redis.call('PEXPIRE', key, key_ttl_ms)

@@ -10,7 +10,7 @@ local now = tonumber(ARGV[1])
 local me_name = ARGV[2]
 local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
---
+
 -- One region's record: "raised returned active queued head traffic at
 -- anywhere samples rraised rreturned window since recent" (integers but
 -- traffic; samples "rank:seq,..."; not JSON, whose numbers keep only 14
