@@ -124,22 +124,40 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     let before = used_memory(server);
     let mut queued = room("mem-queue", 1);
     queued.state = RoomState::Paused;
+    let seqs = tokio::sync::Mutex::new(Vec::with_capacity(n as usize));
     fill(n, |i| {
-        let p = &queued;
+        let (p, seqs) = (&queued, &seqs);
         async move {
-            let v = store.arrive(p, vid(i), now).await.expect("arrive");
-            assert!(matches!(v, Verdict::Queued(_)));
+            match store.arrive(p, vid(i), now).await.expect("arrive") {
+                Verdict::Queued(q) => seqs.lock().await.push((i, q.seq)),
+                v => panic!("not queued: {v:?}"),
+            }
         }
     })
     .await;
     let after = used_memory(server);
     let q = key_bytes(server, "wr:{mem-queue}:queue");
-    let polls = key_bytes(server, "wr:{mem-queue}:polls");
     println!(
-        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1} + last-poll ZSET {:.1})",
+        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1}; a place has no poll record until its first poll)",
         after - before,
         (after - before) as f64 / n as f64,
         q as f64 / n as f64,
+    );
+    let seqs = seqs.into_inner();
+    fill(n, |i| {
+        let (p, (v, seq)) = (&queued, seqs[i as usize]);
+        async move {
+            let verdict = store.poll(p, vid(v), seq, now).await.expect("poll");
+            assert!(matches!(verdict, Verdict::Queued(_)));
+        }
+    })
+    .await;
+    let polled = used_memory(server);
+    let polls = key_bytes(server, "wr:{mem-queue}:polls");
+    println!(
+        "  once each has polled: used_memory +{} B = {:.1} B/visitor (last-poll HASH {:.1})",
+        polled - before,
+        (polled - before) as f64 / n as f64,
         polls as f64 / n as f64
     );
 

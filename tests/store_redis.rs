@@ -108,6 +108,79 @@ async fn abandon_after_zero_disables_abandonment() {
     assert_eq!(store.totals(&p).await.unwrap().abandoned, 0);
 }
 
+/// A new place costs one sorted-set entry: its poll record is written by
+/// its first poll, and until then its seq says when it was last seen.
+#[tokio::test]
+async fn a_place_gets_its_poll_record_from_its_first_poll() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    let polls = "wr:{room-a}:polls";
+    let has = |v: u64| -> i64 { server.cmd(&["HEXISTS", polls, &vid(v).to_hex()]) };
+    assert_eq!(has(2), 0);
+    store.poll(&p, vid(2), q.seq, T0 + 5_000).await.unwrap();
+    assert_eq!(has(2), 1);
+    // Seen at T0 + 5 s: still waiting at T0 + 5 s + ABANDON, gone 1 ms on.
+    assert_eq!(
+        store.stats(&p, T0 + 5_000 + ABANDON).await.unwrap().queued,
+        1
+    );
+    assert_eq!(
+        store.stats(&p, T0 + 5_001 + ABANDON).await.unwrap().queued,
+        0
+    );
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 1);
+}
+
+/// The poll records' own field survives the sweep's clean-up of records
+/// nobody waits for: were it taken for one, the next sweep would count
+/// every unpolled place from then, and a visitor who never polled would
+/// outstay abandon_after.
+#[tokio::test]
+async fn the_sweep_keeps_the_poll_records_start() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    // The hash holds only its own field, so every sample draws it.
+    for t in 1..=20 {
+        store.stats(&p, T0 + t * 1_000).await.unwrap();
+    }
+    let since: Option<String> = server.cmd(&["HGET", "wr:{room-a}:polls", "~since"]);
+    assert_eq!(since, Some(T0.to_string()));
+    assert_eq!(store.stats(&p, T0 + ABANDON).await.unwrap().queued, 1);
+    assert_eq!(store.stats(&p, T0 + ABANDON + 1).await.unwrap().queued, 0);
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 1);
+}
+
+/// Poll records lost while the queue is not (the hash evicted, say): the
+/// places they no longer vouch for are counted from the loss, so nobody is
+/// dropped for polls the store forgot (I5), and abandonment goes on.
+#[tokio::test]
+async fn lost_poll_records_give_time_not_drop_places() {
+    let (server, store) = start().await;
+    // Paused: nobody is admitted while the clock runs on.
+    let mut p = policy(1, 0);
+    p.state = RoomState::Paused;
+    let q2 = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    place(&store.arrive(&p, vid(3), T0).await.unwrap());
+    store.poll(&p, vid(2), q2.seq, T0 + 60_000).await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "wr:{room-a}:polls"]);
+    // vid(3) last seen at T0, vid(2) at T0 + 60 s: both past abandon_after
+    // when the sweep first finds the records gone, and both kept, counted
+    // from then.
+    let found = T0 + 60_001 + ABANDON;
+    assert_eq!(store.stats(&p, found).await.unwrap().queued, 2);
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 0);
+    assert_eq!(store.stats(&p, found + ABANDON).await.unwrap().queued, 2);
+    assert_eq!(
+        store.stats(&p, found + ABANDON + 1).await.unwrap().queued,
+        0
+    );
+    assert_eq!(store.totals(&p).await.unwrap().abandoned, 2);
+}
+
 #[tokio::test]
 async fn seq_is_unique_and_increasing_within_one_millisecond() {
     let (_server, store) = start().await;

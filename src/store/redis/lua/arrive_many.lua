@@ -25,7 +25,7 @@ promote()
 local waiting = queue_n or redis.call('ZCARD', K_QUEUE)
 local waiting_before = waiting
 local queued_n, rejected_n = 0, 0
-local new_sessions, new_places, new_polls = {}, {}, {}
+local new_sessions, new_places = {}, {}
 local admitted_n = 0
 
 local function room_now()
@@ -120,8 +120,6 @@ local function decide(i, visitor)
     local seq = next_seq()
     new_places[#new_places + 1] = int(seq)
     new_places[#new_places + 1] = visitor
-    new_polls[#new_polls + 1] = visitor
-    new_polls[#new_polls + 1] = now_s
     waiting = waiting + 1
     queued_n = queued_n + 1
     return QUEUED, seq, waiting, waiting
@@ -154,11 +152,8 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
         first_seq, first_position = next_seq(queued_n), waiting + 1
         local skip = admit_n + held_n
         for k = 1, queued_n do
-            local visitor = ARGV[V + skip + k]
             new_places[2 * k - 1] = int(first_seq + k - 1)
-            new_places[2 * k] = visitor
-            new_polls[2 * k - 1] = visitor
-            new_polls[2 * k] = now_s
+            new_places[2 * k] = ARGV[V + skip + k]
         end
         waiting = waiting + queued_n
     end
@@ -189,10 +184,13 @@ if admitted_n > 0 then
     redis.call('HINCRBY', K_META, 'window', admitted_n)
 end
 if #new_places > 0 then
+    -- A new place needs no poll record: until its first poll, its seq says
+    -- when it was last seen (`gone_of`). A queue that starts anew starts
+    -- its polls' record.
     redis.call('ZADD', K_QUEUE, unpack(new_places))
-    redis.call('HSET', K_POLLS, unpack(new_polls))
     redis.call('HINCRBY', K_META, 'queued', queued_n)
     if waiting_before == 0 then
+        redis.call('HSET', K_POLLS, SINCE, now_s)
         created[#created + 1] = K_QUEUE
         created[#created + 1] = K_POLLS
     end

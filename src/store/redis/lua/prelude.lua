@@ -178,26 +178,49 @@ local function housekeep()
     end
 end
 
--- Of `visitors` (in queue order), those who have not polled for
--- abandon_after ("older than" is strict). A visitor with no poll on record
--- is given one now rather than dropped: it can only be missing if the
--- store lost it, and the place is the visitor's (I5).
-local function gone_of(visitors)
+-- When a visitor was last seen, by their poll record or, failing one, by
+-- their arrival: a new place gets no record (the seq says when it was
+-- handed out, to the millisecond: `seq_arrival`), only a poll writes one.
+-- The hash's own field SINCE says since when it has kept records: should
+-- the hash be lost (evicted, say) while the queue is not, the visitors it
+-- no longer knows are counted from its loss, not from their arrival, so
+-- nobody is dropped for polls the store forgot (I5).
+local SINCE = '~since'
+
+-- When the visitor holding `seq` arrived (store/mod.rs seq_arrival_ms).
+local function seq_arrival(seq)
+    return math.floor(seq / SEQ_PER_MS) + SEQ_EPOCH_MS
+end
+
+-- Of `entries` (visitor, seq, visitor, seq, ... in queue order, as ZRANGE
+-- WITHSCORES gives them), the visitors who have not been seen for
+-- abandon_after ("older than" is strict), and the visitors who stay.
+local function gone_of(entries)
     local gone, keep = {}, {}
-    if abandon_ms == 0 or #visitors == 0 then
-        return gone, visitors
+    local n = #entries / 2
+    if abandon_ms == 0 or n == 0 then
+        for i = 1, n do
+            keep[i] = entries[2 * i - 1]
+        end
+        return gone, keep
     end
-    local polled = redis.call('HMGET', K_POLLS, unpack(visitors))
+    local fields = { SINCE }
+    for i = 1, n do
+        fields[i + 1] = entries[2 * i - 1]
+    end
+    local polled = redis.call('HMGET', K_POLLS, unpack(fields))
+    local since = tonumber(polled[1])
+    if not since then
+        redis.call('HSET', K_POLLS, SINCE, now_s)
+        since = now
+    end
     local cutoff = now - abandon_ms
-    for i, v in ipairs(visitors) do
-        local t = polled[i]
-        if t and tonumber(t) < cutoff then
-            gone[#gone + 1] = v
+    for i = 1, n do
+        local t = tonumber(polled[i + 1]) or math.max(seq_arrival(tonumber(entries[2 * i])), since)
+        if t < cutoff then
+            gone[#gone + 1] = fields[i + 1]
         else
-            if not t then
-                redis.call('HSET', K_POLLS, v, now_s)
-            end
-            keep[#keep + 1] = v
+            keep[#keep + 1] = fields[i + 1]
         end
     end
     return gone, keep
@@ -234,10 +257,10 @@ local function maintain()
         if from >= len or len <= SWEEP_MAX then
             from = 0
         end
-        local look = redis.call('ZRANGE', K_QUEUE, from, from + SWEEP_MAX - 1)
+        local look = redis.call('ZRANGE', K_QUEUE, from, from + SWEEP_MAX - 1, 'WITHSCORES')
         local gone = gone_of(look)
         drop(gone)
-        local next_from = from + #look - #gone
+        local next_from = from + #look / 2 - #gone
         if next_from >= len - #gone then
             next_from = 0
         end
@@ -249,7 +272,7 @@ local function maintain()
             local waiting = redis.call('ZMSCORE', K_QUEUE, unpack(sampled))
             local stale = {}
             for i, v in ipairs(sampled) do
-                if not waiting[i] then
+                if not waiting[i] and v ~= SINCE then
                     stale[#stale + 1] = v
                 end
             end
@@ -355,15 +378,15 @@ local function promote()
         end
         local candidates
         if method == 'random' then
-            candidates = redis.call('ZRANDMEMBER', K_QUEUE, n)
+            candidates = redis.call('ZRANDMEMBER', K_QUEUE, n, 'WITHSCORES')
         elseif region_bound then
             -- Visitors who arrived after another region's oldest waiter wait
             -- for it (I3 across regions). Equal seqs arrived in the same
             -- millisecond: both regions may go, or neither ever would.
             candidates = redis.call('ZRANGEBYSCORE', K_QUEUE, '-inf', int(region_bound),
-                'LIMIT', 0, n)
+                'WITHSCORES', 'LIMIT', 0, n)
         else
-            candidates = redis.call('ZRANGE', K_QUEUE, 0, n - 1)
+            candidates = redis.call('ZRANGE', K_QUEUE, 0, n - 1, 'WITHSCORES')
         end
         local gone, keep = gone_of(candidates)
         drop(gone)
