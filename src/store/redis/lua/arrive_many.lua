@@ -28,21 +28,8 @@ local queued_n, rejected_n = 0, 0
 local new_sessions, new_places = {}, {}
 local admitted_n = 0
 
-local function room_now()
-    return free_room() > 0
-end
-
 local expiry_n = now + session_ms
 local expiry_s = int(expiry_n)
-
-local function admit_later(visitor)
-    new_sessions[#new_sessions + 1] = expiry_s
-    new_sessions[#new_sessions + 1] = visitor
-    admitted_n = admitted_n + 1
-    active_n = active_n + 1
-    window_n = window_n + 1
-    return ADMITTED, expiry_n, 0, 0
-end
 
 -- ARGV[13] = flags, ARGV[14..] = the visitors. Flags:
 --   'h' (region mode): visitors who find no room (and nobody waiting ahead,
@@ -74,57 +61,6 @@ if not fresh then
     end
 end
 
-local function decide(i, visitor)
-    local expiry = held_sessions[i]
-    if expiry then
-        return ADMITTED, tonumber(expiry), 0, 0
-    end
-    if state == 'closed' then
-        rejected_n = rejected_n + 1
-        return REJECTED, R_CLOSED, 0, 0
-    end
-    if held_places[i] then
-        local place = place_of(visitor)
-        return place[1], place[2], place[3], place[4]
-    end
-    -- passthrough and reject keep no queue of their own, but in paused and
-    -- queue_all newcomers wait in line like everyone else.
-    if method == 'passthrough' and state == 'open' then
-        return admit_later(visitor)
-    end
-    if method == 'reject' and state == 'open' then
-        if room_now() then
-            return admit_later(visitor)
-        end
-        if hold then
-            return HELD, 0, 0, 0
-        end
-        rejected_n = rejected_n + 1
-        return REJECTED, R_OVER_LIMIT, 0, 0
-    end
-    -- Nobody jumps a queue (I3), and nobody queues while there is room (I4).
-    -- The explicit emptiness check matters in states that do not promote.
-    if state == 'open' and waiting == 0 and nobody_ahead then
-        if room_now() then
-            return admit_later(visitor)
-        end
-        if hold and method ~= 'passthrough' then
-            return HELD, 0, 0, 0
-        end
-    end
-    if max_queue > 0 and waiting >= max_queue then
-        rejected_n = rejected_n + 1
-        return REJECTED, R_QUEUE_FULL, 0, 0
-    end
-    -- A new seq is above every seq in the queue: the visitor is last.
-    local seq = next_seq()
-    new_places[#new_places + 1] = int(seq)
-    new_places[#new_places + 1] = visitor
-    waiting = waiting + 1
-    queued_n = queued_n + 1
-    return QUEUED, seq, waiting, waiting
-end
-
 local out
 
 if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
@@ -152,13 +88,79 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
         first_seq, first_position = next_seq(queued_n), waiting + 1
         local skip = admit_n + held_n
         for k = 1, queued_n do
-            new_places[2 * k - 1] = int(first_seq + k - 1)
+            new_places[2 * k - 1] = int_next(first_seq + k - 1)
             new_places[2 * k] = ARGV[V + skip + k]
         end
         waiting = waiting + queued_n
     end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
 else
+    -- Any other case, one visitor after the other (these helpers are made
+    -- only here: the common case does without them).
+    local function room_now()
+        return free_room() > 0
+    end
+
+    local function admit_later(visitor)
+        new_sessions[#new_sessions + 1] = expiry_s
+        new_sessions[#new_sessions + 1] = visitor
+        admitted_n = admitted_n + 1
+        active_n = active_n + 1
+        window_n = window_n + 1
+        return ADMITTED, expiry_n, 0, 0
+    end
+
+    local function decide(i, visitor)
+        local expiry = held_sessions[i]
+        if expiry then
+            return ADMITTED, tonumber(expiry), 0, 0
+        end
+        if state == 'closed' then
+            rejected_n = rejected_n + 1
+            return REJECTED, R_CLOSED, 0, 0
+        end
+        if held_places[i] then
+            local place = place_of(visitor)
+            return place[1], place[2], place[3], place[4]
+        end
+        -- passthrough and reject keep no queue of their own, but in paused and
+        -- queue_all newcomers wait in line like everyone else.
+        if method == 'passthrough' and state == 'open' then
+            return admit_later(visitor)
+        end
+        if method == 'reject' and state == 'open' then
+            if room_now() then
+                return admit_later(visitor)
+            end
+            if hold then
+                return HELD, 0, 0, 0
+            end
+            rejected_n = rejected_n + 1
+            return REJECTED, R_OVER_LIMIT, 0, 0
+        end
+        -- Nobody jumps a queue (I3), and nobody queues while there is room (I4).
+        -- The explicit emptiness check matters in states that do not promote.
+        if state == 'open' and waiting == 0 and nobody_ahead then
+            if room_now() then
+                return admit_later(visitor)
+            end
+            if hold and method ~= 'passthrough' then
+                return HELD, 0, 0, 0
+            end
+        end
+        if max_queue > 0 and waiting >= max_queue then
+            rejected_n = rejected_n + 1
+            return REJECTED, R_QUEUE_FULL, 0, 0
+        end
+        -- A new seq is above every seq in the queue: the visitor is last.
+        local seq = next_seq()
+        new_places[#new_places + 1] = int_next(seq)
+        new_places[#new_places + 1] = visitor
+        waiting = waiting + 1
+        queued_n = queued_n + 1
+        return QUEUED, seq, waiting, waiting
+    end
+
     out = {}
     for i = 1, n do
         local at = 4 * (i - 1)
@@ -177,18 +179,22 @@ end
 if window_before == 0 and window_n > 0 then
     created[#created + 1] = K_ADMITS
 end
+-- What changes in meta, written with one command.
+local meta = {}
 if admitted_n > 0 then
-    -- One window member for this call's admissions.
-    local last = redis.call('HINCRBY', K_META, 'admitted', admitted_n)
-    redis.call('ZADD', K_ADMITS, now_s, int(last) .. ':' .. int(admitted_n))
-    redis.call('HINCRBY', K_META, 'window', admitted_n)
+    -- One window member for this call's admissions (counted in `window_n`
+    -- as they were made).
+    window_n = window_n - admitted_n
+    record_admissions(admitted_n, meta)
 end
 if #new_places > 0 then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
     -- its polls' record.
     redis.call('ZADD', K_QUEUE, unpack(new_places))
-    redis.call('HINCRBY', K_META, 'queued', queued_n)
+    queued_total = queued_total + queued_n
+    meta[#meta + 1] = 'queued'
+    meta[#meta + 1] = int(queued_total)
     if waiting_before == 0 then
         redis.call('HSET', K_POLLS, SINCE, now_s)
         created[#created + 1] = K_QUEUE
@@ -202,6 +208,13 @@ end
 if rejected_n > 0 then
     redis.call('HINCRBY', K_META, 'rejected', rejected_n)
 end
-save_last_seq()
+if last_seq ~= stored_last_seq then
+    meta[#meta + 1] = 'last_seq'
+    meta[#meta + 1] = int(last_seq)
+    stored_last_seq = last_seq
+end
+if #meta > 0 then
+    redis.call('HSET', K_META, unpack(meta))
+end
 keep_alive(created)
 return out

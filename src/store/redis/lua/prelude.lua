@@ -60,8 +60,9 @@ local abandon_ms, grace_ms, state, key_ttl_ms
 local region_mode, region_bound, rated, room_rate
 -- Active sessions and admissions in the window, read once per call and
 -- kept up to date by admit() and promote(); the queue's length as
--- promote() left it (nil if it did not look).
-local active_n, window_n, queue_n
+-- promote() left it (nil if it did not look). The room's totals of
+-- admissions and queue places, read with them (meta's admitted and queued).
+local active_n, window_n, queue_n, admitted_total, queued_total
 -- The highest seq handed out so far (nil until read), and when the room's
 -- keys last had their expiry moved (see `keep_alive`).
 local last_seq, ttl_at
@@ -87,7 +88,7 @@ local function begin(keys, args)
     grace_ms = tonumber(args[9])
     state = args[10]
     key_ttl_ms = args[11]
-    active_n, window_n, queue_n = nil, nil, nil
+    active_n, window_n, queue_n, admitted_total, queued_total = nil, nil, nil, nil, nil
     last_seq, ttl_at, stored_last_seq = nil, nil, nil
 
     -- A call that waited in a frozen or overloaded Redis past its caller's
@@ -150,6 +151,34 @@ local R_CLOSED, R_QUEUE_FULL, R_OVER_LIMIT = 1, 2, 3
 -- command it is an argument of.
 local function int(n)
     return string.format('%d', n)
+end
+
+-- "000" to "999", so that a run of consecutive integers (a batch's seqs)
+-- is written as a shared prefix and one of these: int() is a string.format,
+-- which costs more than the ZADD member it numbers. (Made by the first
+-- call that needs them: a library's loading code cannot use `string`.)
+local DIGITS3
+-- The thousands int_next() last wrote, and how.
+local last_thousands, last_prefix = -1, ''
+
+-- int(n) for a non-negative integer, cheap when `n` has the same thousands
+-- as the `n` of the call before.
+local function int_next(n)
+    local ones = n % 1000
+    local thousands = (n - ones) / 1000
+    if thousands == 0 then
+        return int(ones)
+    end
+    if not DIGITS3 then
+        DIGITS3 = {}
+        for i = 0, 999 do
+            DIGITS3[i] = string.format('%03d', i)
+        end
+    end
+    if thousands ~= last_thousands then
+        last_thousands, last_prefix = thousands, int(thousands)
+    end
+    return last_prefix .. DIGITS3[ones]
 end
 
 -- How many admissions a window member stands for ("<id>:<count>").
@@ -249,6 +278,12 @@ end
 -- of ended sessions and places are forgotten once they can no longer
 -- matter, and the room's keys stay alive while the room is in use.
 local function maintain()
+    -- The window's count lives beside the window; should the window key be
+    -- gone alone (evicted), the count goes too rather than block admissions
+    -- (until this runs, it blocks them: too few admissions, never too many).
+    if redis.call('EXISTS', K_ADMITS) == 0 and redis.call('HDEL', K_META, 'window') == 1 then
+        window_n = window_n and 0
+    end
     redis.call('ZREMRANGEBYSCORE', K_ENDED, '-inf', now_s)
     redis.call('ZREMRANGEBYSCORE', K_PLACES, '-inf', now_s)
     if abandon_ms > 0 then
@@ -287,19 +322,15 @@ end
 local function counts()
     if not active_n then
         active_n = redis.call('ZCARD', K_SESSIONS)
-        local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_at')
+        local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_at', 'admitted', 'queued')
         window_n = tonumber(m[1] or '0')
         if not last_seq then
             last_seq = tonumber(m[2] or '0')
             stored_last_seq = last_seq
         end
         ttl_at = tonumber(m[3] or '0')
-        -- The count lives beside the window; should the window key be gone
-        -- alone (evicted), the count goes too rather than block admissions.
-        if window_n ~= 0 and redis.call('EXISTS', K_ADMITS) == 0 then
-            window_n = 0
-            redis.call('HDEL', K_META, 'window')
-        end
+        admitted_total = tonumber(m[4] or '0')
+        queued_total = tonumber(m[5] or '0')
     end
 end
 
@@ -336,14 +367,24 @@ local function free_room()
     return free
 end
 
--- One window member for `n` admissions made now. Its id comes from the
--- `admitted` counter, which only grows, so members never collide.
-local function record_admissions(n)
-    local last = redis.call('HINCRBY', K_META, 'admitted', n)
-    redis.call('ZADD', K_ADMITS, now_s, int(last) .. ':' .. int(n))
-    redis.call('HINCRBY', K_META, 'window', n)
+-- One window member for `n` admissions made now, and the counts that go
+-- with it: `meta` (field, value, ...) gets them, for the caller to write
+-- with whatever else it writes to meta; without `meta` they are written
+-- here. The member's id comes from the `admitted` total, which only
+-- grows, so members never collide.
+local function record_admissions(n, meta)
     counts()
+    admitted_total = admitted_total + n
     window_n = window_n + n
+    redis.call('ZADD', K_ADMITS, now_s, int(admitted_total) .. ':' .. int(n))
+    local fields = meta or {}
+    fields[#fields + 1] = 'admitted'
+    fields[#fields + 1] = int(admitted_total)
+    fields[#fields + 1] = 'window'
+    fields[#fields + 1] = int(window_n)
+    if not meta then
+        redis.call('HSET', K_META, unpack(fields))
+    end
 end
 
 local function admit(visitor)
