@@ -179,22 +179,18 @@ end
 if window_before == 0 and window_n > 0 then
     created[#created + 1] = K_ADMITS
 end
--- What changes in meta, written with one command.
-local meta = {}
 if admitted_n > 0 then
     -- One window member for this call's admissions (counted in `window_n`
     -- as they were made).
     window_n = window_n - admitted_n
-    record_admissions(admitted_n, meta)
+    record_admissions(admitted_n)
 end
 if #new_places > 0 then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
     -- its polls' record.
     redis.call('ZADD', K_QUEUE, unpack(new_places))
-    queued_total = queued_total + queued_n
-    meta[#meta + 1] = 'queued'
-    meta[#meta + 1] = int(queued_total)
+    redis.call('HINCRBY', K_META, 'queued', count_string(queued_n))
     if waiting_before == 0 then
         redis.call('HSET', K_POLLS, SINCE, now_s)
         created[#created + 1] = K_QUEUE
@@ -203,18 +199,16 @@ if #new_places > 0 then
 end
 if region_mode then
     -- The region's traffic, which its share of the free slots follows.
-    redis.call('HINCRBY', K_META, 'g_arrivals', n)
+    redis.call('HINCRBY', K_META, 'g_arrivals', count_string(n))
 end
 if rejected_n > 0 then
-    redis.call('HINCRBY', K_META, 'rejected', rejected_n)
+    redis.call('HINCRBY', K_META, 'rejected', count_string(rejected_n))
 end
 if last_seq ~= stored_last_seq then
-    meta[#meta + 1] = 'last_seq'
-    meta[#meta + 1] = int(last_seq)
+    -- The last place's seq is the new last_seq, already written out.
+    local last_place = new_places[#new_places - 1]
+    redis.call('HSET', K_META, 'last_seq', last_place or int(last_seq))
     stored_last_seq = last_seq
-end
-if #meta > 0 then
-    redis.call('HSET', K_META, unpack(meta))
 end
 keep_alive(created)
 return out

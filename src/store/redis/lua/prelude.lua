@@ -60,14 +60,34 @@ local abandon_ms, grace_ms, state, key_ttl_ms
 local region_mode, region_bound, rated, room_rate
 -- Active sessions and admissions in the window, read once per call and
 -- kept up to date by admit() and promote(); the queue's length as
--- promote() left it (nil if it did not look). The room's totals of
--- admissions and queue places, read with them (meta's admitted and queued).
-local active_n, window_n, queue_n, admitted_total, queued_total
--- The highest seq handed out so far (nil until read), and when the room's
--- keys last had their expiry moved (see `keep_alive`).
-local last_seq, ttl_at
+-- promote() left it (nil if it did not look).
+local active_n, window_n, queue_n
+-- The highest seq handed out so far (nil until read; `last_seq_read` is
+-- meta's field as counts() read it, parsed only if a seq is needed), and
+-- the ten seconds in which the room's keys last had their expiry moved
+-- (see `keep_alive`).
+local last_seq, last_seq_read, ttl_slot
 -- last_seq as read from meta, so save_last_seq() writes only a change.
 local stored_last_seq
+
+-- tonumber() and string.format() each cost about as much as a small Redis
+-- command, so the hot paths avoid them where they can:
+--
+-- The policy's numbers come as the same few strings call after call: each
+-- is parsed once (nil for a string that is no number, such as 'grant').
+local policy_numbers, policy_numbers_n = {}, 0
+local function policy_number(s)
+    local v = policy_numbers[s]
+    if v == nil then
+        v = tonumber(s) or false
+        if policy_numbers_n >= 256 then
+            policy_numbers, policy_numbers_n = {}, 0
+        end
+        policy_numbers[s] = v
+        policy_numbers_n = policy_numbers_n + 1
+    end
+    return v or nil
+end
 
 -- Reads the call's policy; returns an error reply if the call must not run.
 local function begin(keys, args)
@@ -76,30 +96,40 @@ local function begin(keys, args)
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
     now_s = args[1]
     now = tonumber(now_s)
-    cap = tonumber(args[2])
+    cap = policy_number(args[2])
     -- Whether `cap` limits anything (0 = unlimited in the central mode).
     capped = cap ~= nil and cap > 0
-    rate = tonumber(args[3])
-    session_ms = tonumber(args[4])
+    rate = policy_number(args[3])
+    session_ms = policy_number(args[4])
     renewal = args[5] == '1'
     method = args[6]
-    max_queue = tonumber(args[7])
-    abandon_ms = tonumber(args[8])
-    grace_ms = tonumber(args[9])
+    max_queue = policy_number(args[7])
+    abandon_ms = policy_number(args[8])
+    grace_ms = policy_number(args[9])
     state = args[10]
     key_ttl_ms = args[11]
-    active_n, window_n, queue_n, admitted_total, queued_total = nil, nil, nil, nil, nil
-    last_seq, ttl_at, stored_last_seq = nil, nil, nil
+    active_n, window_n, queue_n = nil, nil, nil
+    last_seq, last_seq_read, ttl_slot, stored_last_seq = nil, nil, nil, nil
 
     -- A call that waited in a frozen or overloaded Redis past its caller's
     -- timeout must not land later: the caller has already answered the
     -- visitor (by the fail mode), so an admission or queue place made now
     -- would be a ghost holding a slot. TIME is the server's clock; the
     -- caller converts its deadline to it with a measured offset.
-    local deadline_us = tonumber(args[12])
-    if deadline_us > 0 then
+    local deadline_us = args[12]
+    if deadline_us ~= '0' then
         local t = redis.call('TIME')
-        if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline_us then
+        -- Both in decimal microseconds: of one length (16 digits until the
+        -- year 2286), the later is the greater string, without parsing.
+        local us = t[2]
+        local server_us = t[1] .. string.sub('000000', #us + 1) .. us
+        local late
+        if #server_us == #deadline_us then
+            late = server_us > deadline_us
+        else
+            late = tonumber(server_us) > tonumber(deadline_us)
+        end
+        if late then
             return redis.error_reply('DEADLINE the caller gave up on this call')
         end
     end
@@ -161,19 +191,38 @@ local DIGITS3
 -- The thousands int_next() last wrote, and how.
 local last_thousands, last_prefix = -1, ''
 
+-- The same without leading zeros: the counts a batch adds (at most 256).
+local COUNTS
+
+local function make_digits()
+    DIGITS3, COUNTS = {}, {}
+    for i = 0, 999 do
+        DIGITS3[i] = string.format('%03d', i)
+        COUNTS[i] = string.format('%d', i)
+    end
+end
+
+-- int(n) for a count (a non-negative integer, usually below 1000).
+local function count_string(n)
+    if n < 1000 then
+        if not COUNTS then
+            make_digits()
+        end
+        return COUNTS[n]
+    end
+    return int(n)
+end
+
 -- int(n) for a non-negative integer, cheap when `n` has the same thousands
 -- as the `n` of the call before.
 local function int_next(n)
     local ones = n % 1000
     local thousands = (n - ones) / 1000
     if thousands == 0 then
-        return int(ones)
+        return count_string(ones)
     end
     if not DIGITS3 then
-        DIGITS3 = {}
-        for i = 0, 999 do
-            DIGITS3[i] = string.format('%03d', i)
-        end
+        make_digits()
     end
     if thousands ~= last_thousands then
         last_thousands, last_prefix = thousands, int(thousands)
@@ -322,30 +371,26 @@ end
 local function counts()
     if not active_n then
         active_n = redis.call('ZCARD', K_SESSIONS)
-        local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_at', 'admitted', 'queued')
+        local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_slot')
         window_n = tonumber(m[1] or '0')
-        if not last_seq then
-            last_seq = tonumber(m[2] or '0')
-            stored_last_seq = last_seq
-        end
-        ttl_at = tonumber(m[3] or '0')
-        admitted_total = tonumber(m[4] or '0')
-        queued_total = tonumber(m[5] or '0')
+        last_seq_read = m[2] or '0'
+        ttl_slot = m[3]
     end
 end
 
--- How often an arrival run moves every key's expiry (maintain() does it
--- too, but a room must expire even if nothing calls maintain any more).
-local TTL_REFRESH_MS = 10000
-
 -- For runs that write the room's keys: the keys in `created` (those this
--- run may have created) get their expiry at once, and every
--- TTL_REFRESH_MS all of them do. Far cheaper than an expiry per key per run.
+-- run may have created) get their expiry at once, and once in every ten
+-- seconds of the clock all of them do (maintain() does it too, but a room
+-- must expire even if nothing calls maintain any more). Far cheaper than
+-- an expiry per key per run.
 local function keep_alive(created)
     counts()
-    if math.abs(now - ttl_at) >= TTL_REFRESH_MS then
-        redis.call('HSET', K_META, 'ttl_at', now_s)
-        ttl_at = now
+    -- The ten seconds `now` is in, as a string (now_s without its last
+    -- four digits): a new one means a refresh.
+    local slot = string.sub(now_s, 1, -5)
+    if slot ~= ttl_slot then
+        redis.call('HSET', K_META, 'ttl_slot', slot)
+        ttl_slot = slot
         expire_all()
     else
         for _, key in ipairs(created) do
@@ -367,24 +412,15 @@ local function free_room()
     return free
 end
 
--- One window member for `n` admissions made now, and the counts that go
--- with it: `meta` (field, value, ...) gets them, for the caller to write
--- with whatever else it writes to meta; without `meta` they are written
--- here. The member's id comes from the `admitted` total, which only
--- grows, so members never collide.
-local function record_admissions(n, meta)
+-- One window member for `n` admissions made now. Its id comes from the
+-- `admitted` counter, which only grows, so members never collide.
+local function record_admissions(n)
+    local n_s = count_string(n)
+    local last = redis.call('HINCRBY', K_META, 'admitted', n_s)
+    redis.call('ZADD', K_ADMITS, now_s, int(last) .. ':' .. n_s)
+    redis.call('HINCRBY', K_META, 'window', n_s)
     counts()
-    admitted_total = admitted_total + n
     window_n = window_n + n
-    redis.call('ZADD', K_ADMITS, now_s, int(admitted_total) .. ':' .. int(n))
-    local fields = meta or {}
-    fields[#fields + 1] = 'admitted'
-    fields[#fields + 1] = int(admitted_total)
-    fields[#fields + 1] = 'window'
-    fields[#fields + 1] = int(window_n)
-    if not meta then
-        redis.call('HSET', K_META, unpack(fields))
-    end
 end
 
 local function admit(visitor)
@@ -485,7 +521,7 @@ end
 -- The highest seq handed out so far.
 local function read_last_seq()
     if not last_seq then
-        last_seq = tonumber(redis.call('HGET', K_META, 'last_seq') or '0')
+        last_seq = tonumber(last_seq_read or redis.call('HGET', K_META, 'last_seq') or '0')
         stored_last_seq = last_seq
     end
     return last_seq
