@@ -9,11 +9,14 @@
 --   1 sessions  ZSET visitor -> session expiry (ms)
 --   2 queue     ZSET visitor -> seq
 --   3 polls     HASH visitor -> time of last poll (ms), for abandonment
+--               (none before a place's first poll: see `gone_of`), and
+--               SINCE -> since when the hash keeps them
 --   4 admits    ZSET "<last admission id>:<count>" -> time (ms): the rate
 --               window, one member per call that admitted (not per visitor)
 --   5 meta      HASH last_seq, reset_floor, window (admissions in the
 --               window), sweep (where the abandonment sweep goes on),
---               admitted, queued, rejected, abandoned
+--               ttl_slot (see `keep_alive`), admitted, queued, rejected,
+--               abandoned
 --   6 ended     ZSET visitor -> expiry of a session that was released,
 --               revoked or reset: its ticket must not re-create it
 --   7 places    ZSET visitor -> until when a released queue place stays
@@ -117,7 +120,8 @@ local function begin(keys, args)
     -- would be a ghost holding a slot. TIME is the server's clock; the
     -- caller converts its deadline to it with a measured offset.
     local deadline_us = args[12]
-    if deadline_us ~= '0' then
+    -- (0 or less: none.)
+    if deadline_us ~= '0' and string.sub(deadline_us, 1, 1) ~= '-' then
         local t = redis.call('TIME')
         -- Both in decimal microseconds: of one length (16 digits until the
         -- year 2286), the later is the greater string, without parsing.
