@@ -318,29 +318,30 @@ impl Inner {
         deadline_us: i64,
     ) -> redis::Cmd {
         let mut inv = self.library.call(function, keys);
-        inv.arg(now_ms);
-        if self.regional(room) {
-            // The region's grants, kept in the regional store (`region`):
-            // of sessions and admission tokens, or of tokens alone for a
-            // room without a capacity limit.
-            inv.arg(if room.total_active_users > 0 {
-                "grant"
-            } else {
-                "rate_grant"
-            });
+        // The region's grants, kept in the regional store (`region`): of
+        // sessions and admission tokens, or of tokens alone for a room
+        // without a capacity limit.
+        let cap: &dyn std::fmt::Display = if !self.regional(room) {
+            &room.total_active_users
+        } else if room.total_active_users > 0 {
+            &"grant"
         } else {
-            inv.arg(room.total_active_users);
-        }
-        inv.arg(room.new_users_per_minute)
-            .arg(room.session_duration_ms)
-            .arg(u8::from(room.session_renewal))
-            .arg(method_name(room.method))
-            .arg(room.max_queue_length)
-            .arg(room.abandon_after_ms)
-            .arg(room.arrival_grace_ms)
-            .arg(state_name(room.state))
-            .arg(key_ttl_ms(room))
-            .arg(deadline_us);
+            &"rate_grant"
+        };
+        // One argument, parsed once per distinct string by the prelude.
+        let policy = format!(
+            "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            room.new_users_per_minute,
+            room.session_duration_ms,
+            u8::from(room.session_renewal),
+            method_name(room.method),
+            room.max_queue_length,
+            room.abandon_after_ms,
+            room.arrival_grace_ms,
+            state_name(room.state),
+            key_ttl_ms(room)
+        );
+        inv.arg(now_ms).arg(policy).arg(deadline_us);
         inv
     }
 
@@ -765,7 +766,7 @@ fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
     }
 }
 
-/// How `lua/arrive_many.lua` decides a batch (its ARGV[13]).
+/// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
 #[derive(Clone, Copy)]
 struct Flags {
     /// Hold back whoever finds the region's grant used up (region mode).

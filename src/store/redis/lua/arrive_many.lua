@@ -25,13 +25,17 @@ promote()
 local waiting = queue_n or redis.call('ZCARD', K_QUEUE)
 local waiting_before = waiting
 local queued_n, rejected_n = 0, 0
-local new_sessions, new_places = {}, {}
+-- The sessions' and places' ZADD arguments, in tables kept from call to
+-- call (their first `sessions_n` and `places_n` entries are this call's):
+-- a table made and grown per call costs more than any one command.
+local new_sessions, new_places = ZADD_SESSIONS, ZADD_PLACES
+local sessions_n, places_n = 0, 0
 local admitted_n = 0
 
 local expiry_n = now + session_ms
 local expiry_s = int(expiry_n)
 
--- ARGV[13] = flags, ARGV[14..] = the visitors. Flags:
+-- ARGV[4] = flags, ARGV[14..] = the visitors. Flags:
 --   'h' (region mode): visitors who find no room (and nobody waiting ahead,
 --       here or in another region) are answered {5, 0, 0, 0} and left
 --       undecided, so the caller can try the Anywhere pool first;
@@ -39,13 +43,13 @@ local expiry_s = int(expiry_n)
 --       none can hold a session or a place and nobody is looked up.
 -- Otherwise whether each visitor already holds a session or a place is
 -- two commands for the whole call.
-local flags = ARGV[13]
+local flags = ARGV[4]
 local hold = string.find(flags, 'h', 1, true) ~= nil
 local HELD = 5
 -- Newcomers do not jump another region's older waiters either.
 local nobody_ahead = region_bound == nil
 -- Visitor i is ARGV[V + i].
-local V = 13
+local V = 4
 local n = #ARGV - V
 local held_sessions, held_places = {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
@@ -79,6 +83,7 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
         new_sessions[2 * i - 1] = expiry_s
         new_sessions[2 * i] = ARGV[V + i]
     end
+    sessions_n = 2 * admit_n
     admitted_n = admit_n
     active_n = active_n + admit_n
     window_n = window_n + admit_n
@@ -91,6 +96,7 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
             new_places[2 * k - 1] = int_next(first_seq + k - 1)
             new_places[2 * k] = ARGV[V + skip + k]
         end
+        places_n = 2 * queued_n
         waiting = waiting + queued_n
     end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
@@ -102,8 +108,9 @@ else
     end
 
     local function admit_later(visitor)
-        new_sessions[#new_sessions + 1] = expiry_s
-        new_sessions[#new_sessions + 1] = visitor
+        new_sessions[sessions_n + 1] = expiry_s
+        new_sessions[sessions_n + 2] = visitor
+        sessions_n = sessions_n + 2
         admitted_n = admitted_n + 1
         active_n = active_n + 1
         window_n = window_n + 1
@@ -154,8 +161,9 @@ else
         end
         -- A new seq is above every seq in the queue: the visitor is last.
         local seq = next_seq()
-        new_places[#new_places + 1] = int_next(seq)
-        new_places[#new_places + 1] = visitor
+        new_places[places_n + 1] = int_next(seq)
+        new_places[places_n + 2] = visitor
+        places_n = places_n + 2
         waiting = waiting + 1
         queued_n = queued_n + 1
         return QUEUED, seq, waiting, waiting
@@ -170,8 +178,8 @@ end
 
 -- Keys this run may create get their expiry now (`keep_alive`).
 local created = {}
-if #new_sessions > 0 then
-    redis.call('ZADD', K_SESSIONS, unpack(new_sessions))
+if sessions_n > 0 then
+    zadd_all(K_SESSIONS, new_sessions, sessions_n)
 end
 if active_before == 0 and active_n > 0 then
     created[#created + 1] = K_SESSIONS
@@ -185,11 +193,11 @@ if admitted_n > 0 then
     window_n = window_n - admitted_n
     record_admissions(admitted_n)
 end
-if #new_places > 0 then
+if places_n > 0 then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
     -- its polls' record.
-    redis.call('ZADD', K_QUEUE, unpack(new_places))
+    zadd_all(K_QUEUE, new_places, places_n)
     redis.call('HINCRBY', K_META, 'queued', count_string(queued_n))
     if waiting_before == 0 then
         redis.call('HSET', K_POLLS, SINCE, now_s)
@@ -206,7 +214,7 @@ if rejected_n > 0 then
 end
 if last_seq ~= stored_last_seq then
     -- The last place's seq is the new last_seq, already written out.
-    local last_place = new_places[#new_places - 1]
+    local last_place = places_n > 0 and new_places[places_n - 1]
     redis.call('HSET', K_META, 'last_seq', last_place or int(last_seq))
     stored_last_seq = last_seq
 end

@@ -1,8 +1,8 @@
--- check_in: an admitted visitor checks in. ARGV[13] = visitor,
--- ARGV[14] = the session expiry its ticket carries.
+-- check_in: an admitted visitor checks in. ARGV[4] = visitor,
+-- ARGV[5] = the session expiry its ticket carries.
 -- Returns the session expiry, or nil when the session was ended or expired.
-local visitor = ARGV[13]
-local ticket_expiry = tonumber(ARGV[14])
+local visitor = ARGV[4]
+local ticket_expiry = tonumber(ARGV[5])
 
 housekeep()
 promote()
@@ -15,7 +15,7 @@ if not expiry then
     -- Redis lost a live session (restart without persistence, FLUSHALL):
     -- the ticket proves the admission, so the session is counted again.
     expiry = ticket_expiry
-    redis.call('ZADD', K_SESSIONS, ARGV[14], visitor)
+    redis.call('ZADD', K_SESSIONS, ARGV[5], visitor)
 end
 if renewal then
     -- Renewal extends; it never cuts short a promoted visitor's grace.

@@ -4,26 +4,26 @@
 -- promotes, and describes the queue beyond its admission frontier.
 --
 -- KEYS 1..7 as in the prelude, 8 = the room's overrides (JSON).
--- ARGV[13] = how far ahead (ms) the answer must hold
--- ARGV[14] = precision: one sample per 1/ARGV[14] of the distance from the
+-- ARGV[4] = how far ahead (ms) the answer must hold
+-- ARGV[5] = precision: one sample per 1/ARGV[5] of the distance from the
 --            frontier (so a position read between samples is off by at most
 --            that share of it)
--- ARGV[15] = the shortest queue worth describing (shorter: scripts answer)
--- ARGV[16..] = (visitor, time) pairs: polls answered from the last description
+-- ARGV[6] = the shortest queue worth describing (shorter: scripts answer)
+-- ARGV[7..] = (visitor, time) pairs: polls answered from the last description
 --
 -- Returns {length, bound, reset_floor, stale_lo, stale_hi, n, place_1 ..
 -- place_n, rank_1, seq_1,
 -- rank_2, seq_2, ...}: `bound` is the most admissions the rate window allows
--- within ARGV[13] ms (-1: nothing may be answered from this description),
+-- within ARGV[4] ms (-1: nothing may be answered from this description),
 -- [stale_lo, stale_hi) the seqs an event's shuffle renumbered (tickets
 -- carrying one go to the scripts for their new seq), the places are queue
 -- places released in the meantime (they are ended),
 -- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
--- has a higher seq cannot be admitted before ARGV[13] ms have passed) to the
+-- has a higher seq cannot be admitted before ARGV[4] ms have passed) to the
 -- last place.
-local ahead_ms = tonumber(ARGV[13])
-local precision = tonumber(ARGV[14])
-local min_queue = tonumber(ARGV[15])
+local ahead_ms = tonumber(ARGV[4])
+local precision = tonumber(ARGV[5])
+local min_queue = tonumber(ARGV[6])
 local K_OVERRIDES = KEYS[8]
 
 housekeep()
@@ -31,7 +31,7 @@ housekeep()
 -- They come as (visitor, time) pairs, ready for HSET. Only visitors beyond
 -- the frontier are answered without a script, and they are still waiting;
 -- the rare one that left meanwhile is cleaned up by maintain().
-for first = 16, #ARGV, 4000 do
+for first = 7, #ARGV, 4000 do
     redis.call('HSET', K_POLLS, unpack(ARGV, first, math.min(first + 3999, #ARGV)))
 end
 maintain()

@@ -1,8 +1,8 @@
--- poll: a queued visitor polls. ARGV[13] = visitor, ARGV[14] = the seq its
+-- poll: a queued visitor polls. ARGV[4] = visitor, ARGV[5] = the seq its
 -- ticket carries. Returns a verdict like arrive, or {4} when the place was
 -- ended (released, or the room reset since the ticket was issued).
-local visitor = ARGV[13]
-local seq = tonumber(ARGV[14])
+local visitor = ARGV[4]
+local seq = tonumber(ARGV[5])
 
 housekeep()
 promote()

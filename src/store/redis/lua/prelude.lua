@@ -23,13 +23,16 @@
 --               ended (abandon_after): its ticket must not put it back
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
---   2 total_active_users (0 = unlimited)   3 new_users_per_minute (0 = unlimited)
---   4 session_duration_ms   5 session_renewal (1/0)   6 method
---   7 max_queue_length (0 = unbounded)   8 abandon_after_ms
---   9 arrival_grace_ms   10 state   11 key TTL (ms)
---   12 deadline: Redis server time (microseconds) after which this call
+--   2 the room's policy, one string of ten fields joined by '|':
+--     total_active_users (0 = unlimited), new_users_per_minute (0 =
+--     unlimited), session_duration_ms, session_renewal (1/0), method,
+--     max_queue_length (0 = unbounded), abandon_after_ms, arrival_grace_ms,
+--     state, key TTL (ms). One argument instead of ten: every argument is a
+--     string Redis makes for the call, and the same policy string is parsed
+--     once (`policy_of`).
+--   3 deadline: Redis server time (microseconds) after which this call
 --      must do nothing, because its caller has given up on it (0 = none)
---   13.. operation arguments
+--   4.. operation arguments
 --
 -- What every call must do before deciding (`housekeep`) is kept to what
 -- the decision depends on: expired sessions leave (capacity) and old
@@ -45,10 +48,10 @@ local KEYS, ARGV
 local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES
 local now, now_s, cap, capped, rate, session_ms, renewal, method, max_queue
 local abandon_ms, grace_ms, state, key_ttl_ms
--- Region mode (src/region, store/redis/region.rs): ARGV[2] is 'grant' and
--- the cap is the region's grant, kept in meta as two totals that only grow
--- (g_raised: slots the global store granted, g_lowered: slots the region
--- gave back), so a grant of 0 admits nobody. `region_bound` is the oldest
+-- Region mode (src/region, store/redis/region.rs): the policy's cap field
+-- is 'grant' and the cap is the region's grant, kept in meta as two totals
+-- that only grow (g_raised: slots the global store granted, g_lowered:
+-- slots the region gave back), so a grant of 0 admits nobody. `region_bound` is the oldest
 -- waiting seq in the other regions, as of the last sync, until g_bound_until
 -- (nil: none): FIFO promotion stops before it and newcomers do not jump it.
 --
@@ -58,8 +61,8 @@ local abandon_ms, grace_ms, state, key_ttl_ms
 -- kept as r_raised and r_lowered. So in region mode a rated room admits
 -- while the window holds fewer admissions than the rate grant, not the
 -- room's rate; `room_rate` keeps the room's (an upper bound on any grant).
--- ARGV[2] = 'rate_grant' is region mode for a room without a capacity
--- limit: only its rate is a grant.
+-- A cap field of 'rate_grant' is region mode for a room without a
+-- capacity limit: only its rate is a grant.
 local region_mode, region_bound, rated, room_rate
 -- Active sessions and admissions in the window, read once per call and
 -- kept up to date by admit() and promote(); the queue's length as
@@ -74,22 +77,38 @@ local last_seq, last_seq_read, ttl_slot
 local stored_last_seq
 
 -- tonumber() and string.format() each cost about as much as a small Redis
--- command, so the hot paths avoid them where they can:
+-- command, so the hot paths avoid them where they can.
 --
--- The policy's numbers come as the same few strings call after call: each
--- is parsed once (nil for a string that is no number, such as 'grant').
-local policy_numbers, policy_numbers_n = {}, 0
-local function policy_number(s)
-    local v = policy_numbers[s]
-    if v == nil then
-        v = tonumber(s) or false
-        if policy_numbers_n >= 256 then
-            policy_numbers, policy_numbers_n = {}, 0
+-- The policy (ARGV[2]) comes as the same string call after call: each
+-- distinct one is parsed once, into a table kept for the next call.
+local policies, policies_n = {}, 0
+local function policy_of(s)
+    local p = policies[s]
+    if not p then
+        local f = {}
+        for v in string.gmatch(s .. '|', '([^|]*)|') do
+            f[#f + 1] = v
         end
-        policy_numbers[s] = v
-        policy_numbers_n = policy_numbers_n + 1
+        p = {
+            cap_field = f[1],
+            cap = tonumber(f[1]),
+            rate = tonumber(f[2]),
+            session_ms = tonumber(f[3]),
+            renewal = f[4] == '1',
+            method = f[5],
+            max_queue = tonumber(f[6]),
+            abandon_ms = tonumber(f[7]),
+            grace_ms = tonumber(f[8]),
+            state = f[9],
+            key_ttl_ms = f[10],
+        }
+        if policies_n >= 256 then
+            policies, policies_n = {}, 0
+        end
+        policies[s] = p
+        policies_n = policies_n + 1
     end
-    return v or nil
+    return p
 end
 
 -- Reads the call's policy; returns an error reply if the call must not run.
@@ -99,18 +118,20 @@ local function begin(keys, args)
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
     now_s = args[1]
     now = tonumber(now_s)
-    cap = policy_number(args[2])
+    local p = policy_of(args[2])
+    -- In region mode the cap field is 'grant' or 'rate_grant' (below).
+    cap = p.cap
     -- Whether `cap` limits anything (0 = unlimited in the central mode).
     capped = cap ~= nil and cap > 0
-    rate = policy_number(args[3])
-    session_ms = policy_number(args[4])
-    renewal = args[5] == '1'
-    method = args[6]
-    max_queue = policy_number(args[7])
-    abandon_ms = policy_number(args[8])
-    grace_ms = policy_number(args[9])
-    state = args[10]
-    key_ttl_ms = args[11]
+    rate = p.rate
+    session_ms = p.session_ms
+    renewal = p.renewal
+    method = p.method
+    max_queue = p.max_queue
+    abandon_ms = p.abandon_ms
+    grace_ms = p.grace_ms
+    state = p.state
+    key_ttl_ms = p.key_ttl_ms
     active_n, window_n, queue_n = nil, nil, nil
     last_seq, last_seq_read, ttl_slot, stored_last_seq = nil, nil, nil, nil
 
@@ -119,7 +140,7 @@ local function begin(keys, args)
     -- visitor (by the fail mode), so an admission or queue place made now
     -- would be a ghost holding a slot. TIME is the server's clock; the
     -- caller converts its deadline to it with a measured offset.
-    local deadline_us = args[12]
+    local deadline_us = args[3]
     -- (0 or less: none.)
     if deadline_us ~= '0' and string.sub(deadline_us, 1, 1) ~= '-' then
         local t = redis.call('TIME')
@@ -138,7 +159,7 @@ local function begin(keys, args)
         end
     end
 
-    region_mode = args[2] == 'grant' or args[2] == 'rate_grant'
+    region_mode = p.cap_field == 'grant' or p.cap_field == 'rate_grant'
     region_bound = nil
     -- Whether the room has a rate limit (`rate` may be a grant of 0).
     rated = rate > 0
@@ -146,7 +167,7 @@ local function begin(keys, args)
     if region_mode then
         local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_bound', 'g_bound_until',
             'r_raised', 'r_lowered')
-        if args[2] == 'grant' then
+        if p.cap_field == 'grant' then
             cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
             capped = true
         else
@@ -232,6 +253,19 @@ local function int_next(n)
         last_thousands, last_prefix = thousands, int(thousands)
     end
     return last_prefix .. DIGITS3[ones]
+end
+
+-- Scratch tables for arrive's ZADD arguments (see there).
+local ZADD_SESSIONS, ZADD_PLACES = {}, {}
+
+-- ZADD of the first `n` entries of `args` (score, member, ...), 15 members
+-- a command: Redis keeps the objects of a script command's first 32
+-- arguments for the next one and makes the rest anew (script_lua.c,
+-- LUA_CMD_OBJCACHE_SIZE), so short commands cost less than one long one.
+local function zadd_all(key, args, n)
+    for first = 1, n, 30 do
+        redis.call('ZADD', key, unpack(args, first, math.min(first + 29, n)))
+    end
 end
 
 -- How many admissions a window member stands for ("<id>:<count>").

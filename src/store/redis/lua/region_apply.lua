@@ -1,11 +1,11 @@
 -- region_apply: applies what the global store answered to the region's
 -- grant (src/region; see lua/prelude.lua for the grant totals).
--- ARGV[2] = 'grant'. ARGV[13] = the global store's g_raised for this
--- region, ARGV[14] = its g_lowered (both only grow; taking the larger of
--- ours and theirs is safe in any order, however late the answer), ARGV[15]
--- = the target grant (-1: keep), ARGV[16] = the other regions' oldest
--- waiting seq (0: nobody waits, -1: leave as is), ARGV[17] = until when
--- (ms) that bound holds. ARGV[18], ARGV[19], ARGV[20]: the same three for
+-- The policy's cap is 'grant'. ARGV[4] = the global store's g_raised for this
+-- region, ARGV[5] = its g_lowered (both only grow; taking the larger of
+-- ours and theirs is safe in any order, however late the answer), ARGV[6]
+-- = the target grant (-1: keep), ARGV[7] = the other regions' oldest
+-- waiting seq (0: nobody waits, -1: leave as is), ARGV[8] = until when
+-- (ms) that bound holds. ARGV[9], ARGV[10], ARGV[11]: the same three for
 -- the admission tokens (r_raised, r_lowered, target; see lua/prelude.lua),
 -- lowered never below the admissions still in the rate window.
 -- A raise counts only because the global store granted it first; a lower
@@ -32,19 +32,19 @@ housekeep()
 local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'r_raised', 'r_lowered')
 counts()
 local raised, lowered, given =
-    settle(g[1], g[2], ARGV[13], ARGV[14], tonumber(ARGV[15]), active_n)
+    settle(g[1], g[2], ARGV[4], ARGV[5], tonumber(ARGV[6]), active_n)
 -- A token held by an admission still in the window is not free yet:
 -- whoever got it back could admit in a window this admission is in.
 local r_raised, r_lowered, r_given =
-    settle(g[3], g[4], ARGV[18], ARGV[19], tonumber(ARGV[20] or '-1'), window_n)
+    settle(g[3], g[4], ARGV[9], ARGV[10], tonumber(ARGV[11] or '-1'), window_n)
 redis.call('HSET', K_META, 'g_raised', int(raised), 'g_lowered', int(lowered),
     'r_raised', int(r_raised), 'r_lowered', int(r_lowered))
-local bound = tonumber(ARGV[16])
+local bound = tonumber(ARGV[7])
 if bound == 0 then
     redis.call('HDEL', K_META, 'g_bound', 'g_bound_until')
     region_bound = nil
 elseif bound > 0 then
-    redis.call('HSET', K_META, 'g_bound', int(bound), 'g_bound_until', ARGV[17])
+    redis.call('HSET', K_META, 'g_bound', int(bound), 'g_bound_until', ARGV[8])
     region_bound = bound
 end
 -- Waiting visitors may go in at once with a higher grant or a lifted bound.

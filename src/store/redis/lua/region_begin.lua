@@ -1,8 +1,8 @@
 -- region_begin: the start of a region's sync of one room (src/region):
 -- takes the region's sync turn and reports what the global store needs.
--- ARGV[2] = 'grant' (region mode). ARGV[13] = how long (ms) this
+-- The policy's cap is 'grant' (region mode). ARGV[4] = how long (ms) this
 -- instance holds the turn: the instances of a region share one regional
--- Redis and one of them syncs per interval. ARGV[14] = 1 to take the turn
+-- Redis and one of them syncs per interval. ARGV[5] = 1 to take the turn
 -- even if another instance holds it.
 -- Returns nil when another instance holds the turn, else {active,
 -- g_raised, g_lowered, queued, head seq (0: nobody waits), arrivals since
@@ -12,7 +12,7 @@
 -- global store is about to send (region_apply promotes).
 housekeep()
 local turn = tonumber(redis.call('HGET', K_META, 'g_sync_until') or '0')
-if ARGV[14] ~= '1' and turn > now then
+if ARGV[5] ~= '1' and turn > now then
     return false
 end
 counts()
@@ -23,7 +23,7 @@ local seen = tonumber(g[4] or '0')
 if seen > arrivals then
     seen = 0
 end
-redis.call('HSET', K_META, 'g_sync_until', int(now + tonumber(ARGV[13])),
+redis.call('HSET', K_META, 'g_sync_until', int(now + tonumber(ARGV[4])),
     'g_arrivals_seen', int(arrivals))
 local queued = redis.call('ZCARD', K_QUEUE)
 local out = {

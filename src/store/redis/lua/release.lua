@@ -1,7 +1,7 @@
--- release: ends a visitor's session or queue place. ARGV[13] = visitor.
+-- release: ends a visitor's session or queue place. ARGV[4] = visitor.
 -- Returns 1 if there was one, else 0. The room it frees goes to the queue
 -- in the next operation's promotion, as with every other change.
-local visitor = ARGV[13]
+local visitor = ARGV[4]
 
 housekeep()
 promote()
