@@ -51,9 +51,10 @@ local abandon_ms, grace_ms, state, key_ttl_ms
 -- Region mode (src/region, store/redis/region.rs): the policy's cap field
 -- is 'grant' and the cap is the region's grant, kept in meta as two totals
 -- that only grow (g_raised: slots the global store granted, g_lowered:
--- slots the region gave back), so a grant of 0 admits nobody. `region_bound` is the oldest
--- waiting seq in the other regions, as of the last sync, until g_bound_until
--- (nil: none): FIFO promotion stops before it and newcomers do not jump it.
+-- slots the region gave back), so a grant of 0 admits nobody.
+-- `region_bound` is the oldest waiting seq in the other regions, as of the
+-- last sync, until g_bound_until (nil: none): FIFO promotion stops before
+-- it and newcomers do not jump it.
 --
 -- The rate limit works the same way (I2 across regions): an admission
 -- holds one of the region's *admission tokens* for the rate window (60 s)
