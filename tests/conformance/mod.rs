@@ -80,6 +80,7 @@ macro_rules! store_conformance {
             arrive_and_poll_are_idempotent,
             overrides_round_trip_per_room_and_survive_reset,
             an_event_start_shuffles_the_prequeue_once,
+            an_event_shuffle_ages_nobody,
             noted_sets_count_distinct_members_until_they_lapse,
         );
     };
@@ -1222,6 +1223,43 @@ pub async fn overrides_round_trip_per_room_and_survive_reset(h: &Harness) {
 
     store.set_overrides(&p.room, None).await.unwrap();
     assert_eq!(store.overrides(&p.room).await.unwrap(), None);
+}
+
+/// At an event's start, whoever stopped polling leaves, and the shuffled
+/// prequeue's abandonment clock starts again: a visitor who arrived shortly
+/// before the start and has not polled since keeps its place for
+/// `abandon_after` from the start.
+pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
+    let prequeue_start = T0;
+    let start = prequeue_start + 10 * MINUTE;
+    let event = EventSpec {
+        name: "drop".into(),
+        prequeue_start_ms: Some(prequeue_start),
+        start_ms: start,
+        end_ms: start + 60 * MINUTE,
+        shuffle_at_start: true,
+        settings: Settings::default(),
+    };
+    let mut p = room("event-age");
+    p.total_active_users = 0;
+    p.state = RoomState::Paused;
+    p.abandon_after_ms = 2 * MINUTE;
+    let r = bind(h, p.clone());
+    // One arrives as the prequeue opens, one 30 s before the start; neither
+    // polls.
+    let first = r.queue_up(1, prequeue_start).await[0];
+    let last = r.queue_up(1, start - 30 * SECOND).await[0];
+    let moved = h
+        .store
+        .start_event(&p, &event.start(1), start)
+        .await
+        .unwrap();
+    assert_eq!(moved, 1, "the first left at the start");
+    assert_eq!(r.totals().await.abandoned, 1);
+    assert!(!r.release(first.0, start).await, "the first is gone");
+    assert_eq!(r.stats(start + 2 * MINUTE).await.queued, 1);
+    assert_eq!(r.stats(start + 2 * MINUTE + 1).await.queued, 0);
+    assert!(!r.release(last.0, start + 2 * MINUTE + 1).await);
 }
 
 /// SPEC §6 "Events": 1,000 visitors queue during a prequeue (the room is

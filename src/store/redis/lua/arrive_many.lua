@@ -35,7 +35,7 @@ local admitted_n = 0
 local expiry_n = now + session_ms
 local expiry_s = int(expiry_n)
 
--- ARGV[4] = flags, ARGV[14..] = the visitors. Flags:
+-- ARGV[4] = flags, ARGV[5..] = the visitors. Flags:
 --   'h' (region mode): visitors who find no room (and nobody waiting ahead,
 --       here or in another region) are answered {5, 0, 0, 0} and left
 --       undecided, so the caller can try the Anywhere pool first;

@@ -333,7 +333,12 @@ local function gone_of(entries)
     end
     local cutoff = now - abandon_ms
     for i = 1, n do
-        local t = tonumber(polled[i + 1]) or math.max(seq_arrival(tonumber(entries[2 * i])), since)
+        local t = tonumber(polled[i + 1])
+        if not t or t < cutoff then
+            -- A record older than the place (left over from the visitor's
+            -- earlier place) does not count against it.
+            t = math.max(t or 0, seq_arrival(tonumber(entries[2 * i])), since)
+        end
         if t < cutoff then
             gone[#gone + 1] = fields[i + 1]
         else
@@ -366,12 +371,6 @@ end
 -- of ended sessions and places are forgotten once they can no longer
 -- matter, and the room's keys stay alive while the room is in use.
 local function maintain()
-    -- The window's count lives beside the window; should the window key be
-    -- gone alone (evicted), the count goes too rather than block admissions
-    -- (until this runs, it blocks them: too few admissions, never too many).
-    if redis.call('EXISTS', K_ADMITS) == 0 and redis.call('HDEL', K_META, 'window') == 1 then
-        window_n = window_n and 0
-    end
     redis.call('ZREMRANGEBYSCORE', K_ENDED, '-inf', now_s)
     redis.call('ZREMRANGEBYSCORE', K_PLACES, '-inf', now_s)
     if abandon_ms > 0 then
@@ -414,6 +413,13 @@ local function counts()
         window_n = tonumber(m[1] or '0')
         last_seq_read = m[2] or '0'
         ttl_slot = m[3]
+        -- The count lives beside the window; should the window key be gone
+        -- alone (evicted), the count goes too rather than block admissions.
+        -- (Before this call admits anyone: an admission makes the key again.)
+        if window_n ~= 0 and redis.call('EXISTS', K_ADMITS) == 0 then
+            window_n = 0
+            redis.call('HDEL', K_META, 'window')
+        end
     end
 end
 

@@ -20,7 +20,30 @@ if ARGV[7] ~= '1' then
     return 0
 end
 local lo, hi = tonumber(ARGV[5]), tonumber(ARGV[6])
-local members = redis.call('ZRANGEBYSCORE', K_QUEUE, int(lo), '(' .. int(hi))
+local entries = redis.call('ZRANGEBYSCORE', K_QUEUE, int(lo), '(' .. int(hi), 'WITHSCORES')
+-- Whoever stopped polling leaves now, as at any other time; everyone else's
+-- abandonment clock starts again at the start (as in the memory store): a
+-- place is seen by its poll record or its seq (`gone_of`), and the shuffle
+-- is about to change the seq.
+local members = {}
+for from = 1, #entries / 2, 2000 do
+    local chunk = {}
+    for i = from, math.min(from + 1999, #entries / 2) do
+        chunk[#chunk + 1] = entries[2 * i - 1]
+        chunk[#chunk + 1] = entries[2 * i]
+    end
+    local gone, keep = gone_of(chunk)
+    drop(gone)
+    local seen = {}
+    for _, visitor in ipairs(keep) do
+        members[#members + 1] = visitor
+        seen[#seen + 1] = visitor
+        seen[#seen + 1] = now_s
+    end
+    if #seen > 0 then
+        redis.call('HSET', K_POLLS, unpack(seen))
+    end
+end
 local n = #members
 if n == 0 then
     return 0
