@@ -10,6 +10,8 @@
 //! `cargo bench --bench store_redis`; `WR_BENCH_N` (default 100000) sets the
 //! number of visitors, `WR_BENCH_SECS` (default 5) each timed run,
 //! `WR_BENCH_CALLERS` (default 64) the concurrent callers.
+//! `WR_BENCH_FLOORS=1` adds the floors (see `FLOORS`): what a visitor costs
+//! Redis when a call only writes it into one structure.
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -287,8 +289,18 @@ impl std::fmt::Display for Run {
     }
 }
 
-/// `timed`, with the Redis server's CPU time per operation.
+/// `timed` from `callers()` tasks, with the Redis server's CPU time per
+/// operation.
 async fn measured<F, Fut>(server: &RedisServer, secs: u64, op: F) -> Run
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    measured_from(server, callers(), secs, op).await
+}
+
+/// `measured` from `tasks` tasks.
+async fn measured_from<F, Fut>(server: &RedisServer, tasks: usize, secs: u64, op: F) -> Run
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -296,7 +308,7 @@ where
     let before = cpu_us(server.pid());
     let (_, (calls_before, usec_before)) = commandstats(server);
     let started = Instant::now();
-    let (rate, p50, p99) = timed(secs, op).await;
+    let (rate, p50, p99) = timed(tasks, secs, op).await;
     let ops = rate * started.elapsed().as_secs_f64();
     let after = cpu_us(server.pid());
     let redis_us = (after.0 + after.1 - before.0 - before.1) / ops.max(1.0);
@@ -348,8 +360,8 @@ async fn recipe(server: &RedisServer, client: &redis::Client, secs: u64, first: 
     .await
 }
 
-/// Runs `op` from `callers()` tasks for `secs`; returns ops/s and p50/p99.
-async fn timed<F, Fut>(secs: u64, op: F) -> (f64, Duration, Duration)
+/// Runs `op` from `tasks` tasks for `secs`; returns ops/s and p50/p99.
+async fn timed<F, Fut>(tasks: usize, secs: u64, op: F) -> (f64, Duration, Duration)
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -358,7 +370,7 @@ where
     let counter = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(secs);
     let started = Instant::now();
-    let tasks: Vec<_> = (0..callers())
+    let tasks: Vec<_> = (0..tasks)
         .map(|_| {
             let op = Arc::clone(&op);
             let counter = Arc::clone(&counter);
@@ -384,7 +396,15 @@ where
     (lat.len() as f64 / took.as_secs_f64(), pct(0.5), pct(0.99))
 }
 
-async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: u64) {
+/// What the floors (below) are measured against: the recipe's Redis CPU
+/// per decision in `throughput`'s two runs, and how many visitors the
+/// store put in one call there.
+struct Reference {
+    recipe_us: [f64; 2],
+    batch: usize,
+}
+
+async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: u64) -> Reference {
     let _: () = server.cmd(&["FLUSHALL"]);
     let client = redis::Client::open(server.url()).expect("client");
     let ping_conn = client
@@ -482,6 +502,98 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     })
     .await;
     println!("poll in a queue of {n}: {polls}");
+    Reference {
+        recipe_us: [before.redis_us, after.redis_us],
+        batch: (admitted.per_call.round() as usize).clamp(1, 256),
+    }
+}
+
+/// The floors (`WR_BENCH_FLOORS=1`): what one visitor costs Redis when a
+/// call does nothing but write each visitor of a batch into one structure,
+/// through a function as `arrive` does, sent one call at a time as the
+/// store's group commit sends them. No decision, no counts, no
+/// housekeeping: the least any design built on that structure can cost.
+/// `zadd` is the design of today (a sorted-set entry per session and per
+/// queue place, its score a string made in Lua); `sadd` a set entry (the
+/// recipe's); `rpush` a list entry (an append-only log).
+const FLOORS: &str = r"#!lua name=waitroom_bench_floors
+local DIGITS3
+redis.register_function('floor_zadd', function(keys, args)
+    if not DIGITS3 then
+        DIGITS3 = {}
+        for i = 0, 999 do
+            DIGITS3[i] = string.format('%03d', i)
+        end
+    end
+    local prefix, n, t = args[1], #args - 1, {}
+    for i = 1, n do
+        t[2 * i - 1] = prefix .. DIGITS3[i]
+        t[2 * i] = args[i + 1]
+    end
+    for first = 1, 2 * n, 30 do
+        redis.call('ZADD', keys[1], unpack(t, first, math.min(first + 29, 2 * n)))
+    end
+    return n
+end)
+redis.register_function('floor_sadd', function(keys, args)
+    return redis.call('SADD', keys[1], unpack(args, 2))
+end)
+redis.register_function('floor_rpush', function(keys, args)
+    return redis.call('RPUSH', keys[1], unpack(args, 2))
+end)
+";
+
+async fn floors(server: &RedisServer, secs: u64, reference: Reference) {
+    let client = redis::Client::open(server.url()).expect("client");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("floor connection");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FLOORS)
+        .query_async(&mut conn.clone())
+        .await
+        .expect("FUNCTION LOAD");
+    let batch = reference.batch;
+    let mut runs = Vec::new();
+    for name in ["zadd", "sadd", "rpush"] {
+        let _: () = server.cmd(&["FLUSHALL", "SYNC"]);
+        let conn = conn.clone();
+        // One caller: the store's drainer sends a room's calls one at a time.
+        let run = measured_from(server, 1, secs, move |i| {
+            let mut c = conn.clone();
+            async move {
+                let mut call = redis::cmd("FCALL");
+                call.arg(format!("floor_{name}"))
+                    .arg(1)
+                    .arg("floor:{f}")
+                    .arg(1_000_000_000 + i);
+                for k in 0..batch as u64 {
+                    call.arg(vid(i * 256 + k).to_hex());
+                }
+                let _: i64 = call.query_async(&mut c).await.expect("floor");
+            }
+        })
+        .await;
+        runs.push((name, run));
+    }
+    let after = recipe(server, &client, secs, 1 << 41).await;
+    let recipe_us = (reference.recipe_us[0] + reference.recipe_us[1] + after.redis_us) / 3.0;
+    println!(
+        "floors, {batch} visitors a call, one call at a time (recipe {recipe_us:.1} us, the mean of three runs):"
+    );
+    for (name, run) in runs {
+        let us = run.redis_us / batch as f64;
+        println!(
+            "  {name}: {:.0} visitors/s, Redis CPU {us:.2} us per visitor (system {:.2}, script {:.2}), {:.2}x the recipe per Redis CPU second",
+            run.rate * batch as f64,
+            run.redis_sys_us / batch as f64,
+            run.script_us / batch as f64,
+            recipe_us / us
+        );
+    }
 }
 
 /// The redis-server process held to a share of one core (a cgroup CPU
@@ -559,7 +671,11 @@ fn main() {
         println!("redis-server on 127.0.0.1:{}", server.port());
         memory(&server, &store, n).await;
         commands_per_op(&server, &store).await;
-        throughput(&server, store, n, secs).await;
+        let reference = throughput(&server, store, n, secs).await;
+        // (In the quick run too, so that CI runs their code.)
+        if !measuring || std::env::var_os("WR_BENCH_FLOORS").is_some() {
+            floors(&server, secs, reference).await;
+        }
     });
     // The server first: its cgroup can go only once it is empty.
     drop(server);
