@@ -515,7 +515,9 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
 /// housekeeping: the least any design built on that structure can cost.
 /// `zadd` is the design of today (a sorted-set entry per session and per
 /// queue place, its score a string made in Lua); `sadd` a set entry (the
-/// recipe's); `rpush` a list entry (an append-only log).
+/// recipe's); `rpush` a list entry (an append-only log); `batch` one
+/// sorted-set entry for the whole batch, its visitors' ids joined
+/// (docs/redis-queue-batches.md).
 const FLOORS: &str = r"#!lua name=waitroom_bench_floors
 local DIGITS3
 -- Kept from call to call, as arrive's ZADD arguments are.
@@ -543,6 +545,11 @@ end)
 redis.register_function('floor_rpush', function(keys, args)
     return redis.call('RPUSH', keys[1], unpack(args, 2))
 end)
+redis.register_function('floor_batch', function(keys, args)
+    local n = #args - 1
+    local ids = table.concat(args, '', 2)
+    return redis.call('ZADD', keys[1], args[1], args[1] .. ':' .. n .. ':' .. ids)
+end)
 ";
 
 async fn floors(server: &RedisServer, secs: u64, reference: Reference) {
@@ -560,7 +567,7 @@ async fn floors(server: &RedisServer, secs: u64, reference: Reference) {
         .expect("FUNCTION LOAD");
     let batch = reference.batch;
     let mut runs = Vec::new();
-    for name in ["zadd", "sadd", "rpush"] {
+    for name in ["zadd", "sadd", "rpush", "batch"] {
         let _: () = server.cmd(&["FLUSHALL", "SYNC"]);
         let conn = conn.clone();
         // One caller: the store's drainer sends a room's calls one at a time.
