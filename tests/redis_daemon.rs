@@ -373,3 +373,63 @@ async fn a_frozen_redis_leaves_no_ghost_sessions_or_places_after_the_thaw() {
     }
     assert_eq!(admitted, 2);
 }
+
+/// Position shown on a queue page.
+fn position(page: &str) -> u64 {
+    let at = page.find("id=\"wr-position\">").expect("a queue page") + 17;
+    page[at..].split('<').next().unwrap().parse().unwrap()
+}
+
+/// A visitor who kept the queue cookie it had before it was admitted, and
+/// whose session the origin then revoked, replays that cookie: it is a
+/// newcomer at the back, not put back at its old place at the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_visitor_replaying_its_old_queue_cookie_goes_to_the_back() {
+    let server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Closed)(c);
+        c.rooms[0].total_active_users = 1;
+    })
+    .await;
+    let buyer = h.visitor();
+    assert!(from_origin(&buyer.get(h.url("/")).send().await.unwrap()));
+    let bot = h.visitor();
+    let queued = bot.get(h.url("/")).send().await.unwrap();
+    assert!(!from_origin(&queued));
+    let kept = set_cookie(&queued, COOKIE).expect("a queue ticket");
+    let next = h.visitor();
+    assert!(!from_origin(&next.get(h.url("/")).send().await.unwrap()));
+
+    // The buyer leaves, the bot is admitted, and the origin revokes it.
+    assert!(from_origin(
+        &buyer.get(h.url("/revoke")).send().await.unwrap()
+    ));
+    assert_eq!(h.status(&bot).await["state"], "admitted");
+    assert!(from_origin(
+        &bot.get(h.url("/revoke")).send().await.unwrap()
+    ));
+    assert_eq!(h.status(&next).await["state"], "admitted");
+    let waiting = h.visitor();
+    let page = waiting.get(h.url("/")).send().await.unwrap();
+    assert_eq!(position(&page.text().await.unwrap()), 1);
+
+    let replay = |at: &'static str| {
+        let (client, url, cookie) = (h.bare(), h.url(at), format!("{COOKIE}={kept}"));
+        async move {
+            client
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let resp = replay("/").await;
+    assert!(!from_origin(&resp));
+    assert_eq!(position(&resp.text().await.unwrap()), 2, "behind who waits");
+    // After the revoked session would have expired, while the kept ticket lives.
+    h.clock.advance(Duration::from_secs(150));
+    let resp = replay("/").await;
+    assert!(!from_origin(&resp));
+    assert!(position(&resp.text().await.unwrap()) > 1);
+}

@@ -62,6 +62,7 @@ macro_rules! store_conformance {
             lost_entries_come_back_at_their_place,
             reset_voids_every_queue_ticket,
             released_queue_places_stay_ended,
+            an_ended_session_does_not_come_back_through_its_queue_ticket,
             session_renewal_on_extends,
             session_renewal_off_keeps_expiry,
             check_in_of_unknown_released_or_expired_is_none,
@@ -692,6 +693,41 @@ pub async fn released_queue_places_stay_ended(h: &Harness) {
     );
     assert_eq!(r.stats(T0 + 2 * SECOND).await.queued, 2);
     assert!(!r.release(q[1].0, T0 + 3 * SECOND).await, "released once");
+}
+
+/// A session the operator ended (released or revoked) does not come back
+/// through the queue ticket its visitor held before it was admitted: that
+/// ticket's place was used up by the admission, so it is not put back at
+/// the head (where it would be admitted again at once).
+pub async fn an_ended_session_does_not_come_back_through_its_queue_ticket(h: &Harness) {
+    let mut p = room("ended-via-queue");
+    p.total_active_users = 1;
+    // A queue ticket outlives the session it led to.
+    p.abandon_after_ms = 2 * SESSION;
+    let r = bind(h, p);
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_up(2, T0).await;
+    assert!(r.release(holder, T0 + SECOND).await);
+    let (v, seq) = q[0];
+    admitted(r.poll(v, seq, T0 + SECOND).await);
+    // Revoked; the visitor replays the queue ticket it kept.
+    assert!(r.release(v, T0 + 2 * SECOND).await);
+    assert_eq!(r.poll(v, seq, T0 + 3 * SECOND).await, Verdict::Ended);
+    assert_eq!(
+        r.poll(v, seq, T0 + SESSION - SECOND).await,
+        Verdict::Ended,
+        "still ended while the revoked session would have lasted"
+    );
+    assert_eq!(
+        r.poll(v, seq, T0 + SESSION + GRACE + SECOND).await,
+        Verdict::Ended,
+        "and after, while the queue ticket could still poll"
+    );
+    // The place it freed went to the next in line, and nobody else holds one.
+    admitted(r.poll(q[1].0, q[1].1, T0 + 3 * SECOND).await);
+    let stats = r.stats(T0 + 3 * SECOND).await;
+    assert_eq!((stats.active, stats.queued), (1, 0));
 }
 
 /// Renewal on: a check-in extends to `now + session_duration`, never

@@ -500,7 +500,10 @@ impl Room {
         self.housekeeping(p, now);
         if let Some(expires) = self.sessions.get(&visitor) {
             self.sessions.remove(&visitor);
-            self.ended.set(visitor, expires);
+            // Until the session would have expired, and as long as the
+            // queue ticket that led to it could still poll.
+            self.ended
+                .set(visitor, expires.max(now + p.abandon_after_ms));
             return true;
         }
         match self.queue.find(&visitor) {

@@ -32,9 +32,11 @@ local function decide()
         touch_poll(visitor)
         return place_of(visitor)
     end
-    -- An ended place stays ended: released, or issued before a reset.
+    -- An ended place stays ended: released, or issued before a reset. So
+    -- does the place of a session that was ended (released or revoked):
+    -- the admission used it up, and putting it back would admit again.
     local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
-    if seq <= floor or marked(K_PLACES, visitor) then
+    if seq <= floor or marked(K_PLACES, visitor) or marked(K_ENDED, visitor) then
         return { ENDED }
     end
     -- The store lost the entry (flush, failover, expired keys) but the ticket

@@ -8,8 +8,10 @@ promote()
 local expiry = session_of(visitor)
 local removed = 0
 if expiry then
-    -- Remembered until it would have expired, so its ticket cannot bring it back.
-    redis.call('ZADD', K_ENDED, int(expiry), visitor)
+    -- Remembered until it would have expired, so its ticket cannot bring it
+    -- back, and as long as the queue ticket that led to it could still poll
+    -- (see poll).
+    redis.call('ZADD', K_ENDED, int(math.max(expiry, now + abandon_ms)), visitor)
     removed = redis.call('ZREM', K_SESSIONS, visitor)
 else
     removed = redis.call('ZREM', K_QUEUE, visitor)
