@@ -28,7 +28,8 @@
 //! rate-limited, short queues, and any description older than it may be.
 //!
 //! Abandonment still needs to know who polls: the polls answered here are
-//! remembered and written with the next refresh, all in one `ZADD XX GT`.
+//! remembered and written with the next refresh into the poll records
+//! (`HSET` of up to 2,000 visitors a command, in `lua/frontier.lua`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
