@@ -376,8 +376,10 @@ async fn a_frozen_redis_leaves_no_ghost_sessions_or_places_after_the_thaw() {
 
 /// Position shown on a queue page.
 fn position(page: &str) -> u64 {
-    let at = page.find("id=\"wr-position\">").expect("a queue page") + 17;
-    page[at..].split('<').next().unwrap().parse().unwrap()
+    let (_, rest) = page
+        .split_once("id=\"wr-position\">")
+        .expect("a queue page");
+    rest.split('<').next().unwrap().parse().unwrap()
 }
 
 /// A visitor who kept the queue cookie it had before it was admitted, and
@@ -413,23 +415,18 @@ async fn a_revoked_visitor_replaying_its_old_queue_cookie_goes_to_the_back() {
     let page = waiting.get(h.url("/")).send().await.unwrap();
     assert_eq!(position(&page.text().await.unwrap()), 1);
 
-    let replay = |at: &'static str| {
-        let (client, url, cookie) = (h.bare(), h.url(at), format!("{COOKIE}={kept}"));
-        async move {
-            client
-                .get(url)
-                .header("cookie", cookie)
-                .send()
-                .await
-                .unwrap()
-        }
+    let replay = || {
+        h.bare()
+            .get(h.url("/"))
+            .header("cookie", format!("{COOKIE}={kept}"))
+            .send()
     };
-    let resp = replay("/").await;
+    let resp = replay().await.unwrap();
     assert!(!from_origin(&resp));
     assert_eq!(position(&resp.text().await.unwrap()), 2, "behind who waits");
     // After the revoked session would have expired, while the kept ticket lives.
     h.clock.advance(Duration::from_secs(150));
-    let resp = replay("/").await;
+    let resp = replay().await.unwrap();
     assert!(!from_origin(&resp));
     assert!(position(&resp.text().await.unwrap()) > 1);
 }
