@@ -258,6 +258,144 @@ async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     ));
 }
 
+/// One visitor admitted to a room of one, then `n` newcomers queued behind
+/// it, 64 at a time (decided together, as the daemon gathers them): their
+/// numbers and seqs, in seq order.
+async fn queue_long(store: &RedisStore, p: &RoomPolicy, n: u64) -> Vec<(u64, u64)> {
+    assert!(is_admitted(&store.arrive(p, vid(0), T0).await.unwrap()));
+    let mut q = Vec::new();
+    for chunk in (1..=n).collect::<Vec<_>>().chunks(64) {
+        let calls = chunk.iter().map(|&i| async move {
+            (
+                i,
+                place(&store.arrive_new(p, vid(i), T0).await.unwrap()).seq,
+            )
+        });
+        q.extend(futures::future::join_all(calls).await);
+    }
+    q.sort_by_key(|&(_, seq)| seq);
+    q
+}
+
+/// During a rolling upgrade, an instance of an earlier version, which does
+/// not know the tail, writes newcomers into `queue` at seqs past the
+/// tail's. This version never lets them in ahead of the tail (I3): here
+/// they are written raw, as that instance's `arrive` would, and the room
+/// then opens for all but one of the queue. (Without the guard in
+/// `promote`, the first of them went in at once here.)
+#[tokio::test]
+async fn places_an_earlier_version_writes_past_the_tail_wait_their_turn() {
+    const N: u64 = 2_600;
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    let q = queue_long(&store, &p, N).await;
+    let last_seq = q[N as usize - 1].1;
+    let late: Vec<(u64, u64)> = (1..=100).map(|i| (N + i, last_seq + i)).collect();
+    for &(v, seq) in &late {
+        let _: i64 = server.cmd(&[
+            "ZADD",
+            "wr:{room-a}:queue",
+            &seq.to_string(),
+            &vid(v).to_hex(),
+        ]);
+    }
+    // Room for all but one: everyone in the tail goes in before them.
+    let open = policy(N, 0);
+    for &(v, seq) in &late {
+        let got = store.poll(&open, vid(v), seq, T0 + 100).await.unwrap();
+        assert!(!is_admitted(&got), "#{v}: {got:?}");
+    }
+    for &(v, seq) in &q[..N as usize - 1] {
+        let got = store.poll(&open, vid(v), seq, T0 + 200).await.unwrap();
+        assert!(is_admitted(&got), "#{v}: {got:?}");
+    }
+    let (v, seq) = q[N as usize - 1];
+    let last = place(&store.poll(&open, vid(v), seq, T0 + 300).await.unwrap());
+    let behind = place(
+        &store
+            .poll(&open, vid(late[0].0), late[0].1, T0 + 300)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((last.position, behind.position), (1, 2));
+}
+
+/// A room that turns `random` with a long queue picks over the whole of it,
+/// not just over its head: its tail moves into `queue` at the first
+/// promotion.
+#[tokio::test]
+async fn a_room_that_turns_random_picks_from_the_whole_queue() {
+    const N: u64 = 2_600;
+    let (server, store) = start().await;
+    let q = queue_long(&store, &policy(1, 0), N).await;
+    let mut random = policy(1 + N / 2, 0);
+    random.method = QueueingMethod::Random;
+    let mut admitted = Vec::new();
+    for (i, &(v, seq)) in q.iter().enumerate() {
+        if is_admitted(&store.poll(&random, vid(v), seq, T0 + 100).await.unwrap()) {
+            admitted.push(i);
+        }
+    }
+    let in_tail: u64 = server.cmd(&["ZCARD", "wr:{room-a}:tail"]);
+    assert_eq!((admitted.len() as u64, in_tail), (N / 2, 0));
+    let far_back = admitted.iter().filter(|&&i| i >= 2_000).count();
+    assert!(far_back > 100, "{far_back} of the last 600 picked");
+}
+
+/// The back of a long queue is written one member per batch of newcomers
+/// (lua/prelude.lua, "The tail"), not one entry per visitor, with the ids
+/// in one string; the ids or the tail lost alone come back from the
+/// tickets at their seqs (I5), in ticket order.
+#[tokio::test]
+async fn a_long_queue_keeps_its_back_in_batches_and_a_lost_back_comes_back() {
+    const N: u64 = 2_600;
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    let q = queue_long(&store, &p, N).await;
+    let head: u64 = server.cmd(&["ZCARD", "wr:{room-a}:queue"]);
+    // A member is four big-endian doubles: first seq, count, cum, offset.
+    let members: Vec<Vec<u8>> = server.cmd(&["ZRANGE", "wr:{room-a}:tail", "0", "-1"]);
+    let in_tail: u64 = members
+        .iter()
+        .map(|m| f64::from_be_bytes(m[8..16].try_into().unwrap()) as u64)
+        .sum();
+    assert!(head <= 2_000, "the head holds {head}");
+    assert_eq!(head + in_tail, N);
+    assert!(
+        (members.len() as u64) * 8 < in_tail,
+        "{} members for {in_tail} places: written in batches",
+        members.len()
+    );
+    assert!(
+        members.iter().all(|m| m.len() == 32),
+        "the ids are not in the members"
+    );
+    let ids: u64 = server.cmd(&["STRLEN", "wr:{room-a}:tail_ids"]);
+    assert_eq!(ids, 8 + 32 * in_tail, "a header and 32 characters an id");
+    let (v, seq) = q[N as usize - 1];
+    let last = place(&store.poll(&p, vid(v), seq, T0 + 100).await.unwrap());
+    assert_eq!((last.position, last.queue_length), (N, N));
+
+    // Lost alone: first the ids (each place is put back as a member that
+    // carries its id), then the tail's members (put back in `queue`).
+    let mut paused = p.clone();
+    paused.state = RoomState::Paused;
+    for lost in ["wr:{room-a}:tail_ids", "wr:{room-a}:tail"] {
+        let _: i64 = server.cmd(&["DEL", lost]);
+        for &(v, seq) in q.iter().rev() {
+            store.poll(&paused, vid(v), seq, T0 + 200).await.unwrap();
+        }
+        for (i, &(v, seq)) in q.iter().enumerate().step_by(97) {
+            let at = place(&store.poll(&paused, vid(v), seq, T0 + 300).await.unwrap());
+            assert_eq!(
+                (at.position, at.queue_length, at.seq),
+                (i as u64 + 1, N, seq),
+                "{lost} lost"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn scripts_are_reloaded_after_script_flush() {
     let (server, store) = start().await;

@@ -83,6 +83,8 @@ macro_rules! store_conformance {
             an_event_start_shuffles_the_prequeue_once,
             an_event_shuffle_ages_nobody,
             noted_sets_count_distinct_members_until_they_lapse,
+            a_long_queue_keeps_its_order_past_its_head,
+            visitors_who_leave_far_back_are_never_admitted,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -1466,4 +1468,118 @@ pub async fn noted_sets_count_distinct_members_until_they_lapse(h: &Harness) {
         .await
         .unwrap();
     assert_eq!(n.size, 0, "every member lapsed at the session's end");
+}
+
+/// `n` newcomers queued behind a full room, arriving 64 at a time (so a
+/// store that gathers concurrent arrivals decides them together), in seq
+/// order.
+async fn queue_many(r: &Room<'_>, n: usize, now: Millis) -> Vec<(VisitorId, u64)> {
+    let mut q = Vec::with_capacity(n);
+    for chunk in visitors(n).chunks(64) {
+        let calls = chunk.iter().map(|&v| {
+            let (store, p) = (r.h.store.clone(), r.p.clone());
+            async move { (v, queued(store.arrive_new(&p, v, now).await.unwrap()).seq) }
+        });
+        q.extend(futures::future::join_all(calls).await);
+    }
+    q.sort_by_key(|&(_, seq)| seq);
+    q
+}
+
+/// A queue far longer than any store keeps per visitor at its head (the
+/// Redis store writes the back of a long queue one batch a member): every
+/// place shows its position, a place released far back stays ended, and
+/// the room admits in arrival order across the whole queue (I3), never the
+/// released place.
+pub async fn a_long_queue_keeps_its_order_past_its_head(h: &Harness) {
+    const N: usize = 2_600;
+    let mut p = room("long-queue");
+    p.total_active_users = 1;
+    let mut r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let q = queue_many(&r, N, T0).await;
+    let at = T0 + SECOND;
+    for i in [0, 1, 999, 1_999, 2_000, 2_300, N - 1] {
+        let place = queued(r.poll(q[i].0, q[i].1, at).await);
+        assert_eq!(
+            (place.position, place.queue_length),
+            (i as u64 + 1, N as u64),
+            "#{i}"
+        );
+    }
+    // Released far back: ended, and (once the stores have seen it go)
+    // nobody behind it is shown a place ahead of where they are.
+    let gone = 2_300;
+    assert!(r.release(q[gone].0, T0 + 2 * SECOND).await);
+    assert_eq!(
+        r.poll(q[gone].0, q[gone].1, T0 + 3 * SECOND).await,
+        Verdict::Ended
+    );
+    let at = T0 + 3 * SECOND;
+    let behind = queued(r.poll(q[2_400].0, q[2_400].1, at).await);
+    assert!(
+        (2_400..=2_401).contains(&behind.position),
+        "at most the released place too many ahead: {behind:?}"
+    );
+    // Room for 1,500 more: the first 1,500 go in, the rest move up.
+    r.p.total_active_users = 1 + 1_500;
+    let at = T0 + 4 * SECOND;
+    for (i, &(v, seq)) in q.iter().enumerate() {
+        let verdict = r.poll(v, seq, at).await;
+        match i {
+            _ if i < 1_500 => {
+                admitted(verdict);
+            }
+            _ if i < gone => assert_eq!(queued(verdict).position, (i - 1_500 + 1) as u64, "#{i}"),
+            _ if i == gone => assert_eq!(verdict, Verdict::Ended),
+            _ => assert!(
+                (i - 1_500..=i - 1_500 + 1).contains(&(queued(verdict).position as usize)),
+                "#{i}"
+            ),
+        }
+    }
+    // Room for everyone: all go in but the released place.
+    r.p.total_active_users = 1 + N as u64;
+    let at = T0 + 5 * SECOND;
+    for (i, &(v, seq)) in q.iter().enumerate().skip(1_500) {
+        let verdict = r.poll(v, seq, at).await;
+        if i == gone {
+            assert_eq!(verdict, Verdict::Ended);
+        } else {
+            admitted(verdict);
+        }
+    }
+    let s = r.stats(at).await;
+    assert_eq!((s.active, s.queued), (N as u64, 0));
+}
+
+/// Abandonment far back in a long queue: whoever stops polling there loses
+/// the place (counted once) and is never admitted, while everyone who
+/// polls keeps theirs and goes in in order.
+pub async fn visitors_who_leave_far_back_are_never_admitted(h: &Harness) {
+    const N: usize = 2_200;
+    let mut p = room("long-abandon");
+    p.total_active_users = 1;
+    let mut r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let q = queue_many(&r, N, T0).await;
+    let quitters = [2_050, 2_051, 2_199];
+    // Everyone else polls every minute, up to past abandon_after.
+    for t in [T0 + MINUTE, T0 + 2 * MINUTE, T0 + 3 * MINUTE] {
+        for (i, &(v, seq)) in q.iter().enumerate() {
+            if !quitters.contains(&i) {
+                queued(r.poll(v, seq, t).await);
+            }
+        }
+    }
+    r.p.total_active_users = 1 + N as u64;
+    let at = T0 + 3 * MINUTE + SECOND;
+    for (i, &(v, seq)) in q.iter().enumerate() {
+        if !quitters.contains(&i) {
+            admitted(r.poll(v, seq, at).await);
+        }
+    }
+    let s = r.stats(at).await;
+    assert_eq!((s.active, s.queued), ((1 + N - quitters.len()) as u64, 0));
+    assert_eq!(r.totals().await.abandoned, quitters.len() as u64);
 }

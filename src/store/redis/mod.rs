@@ -120,13 +120,14 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// The key names of one room, in the order the scripts expect them.
-struct RoomKeys([String; 7]);
+struct RoomKeys([String; 9]);
 
 impl RoomKeys {
     fn new(room: &str) -> Self {
         Self(
             [
-                "sessions", "queue", "polls", "admits", "meta", "ended", "places",
+                "sessions", "queue", "polls", "admits", "meta", "ended", "places", "tail",
+                "tail_ids",
             ]
             .map(|part| format!("wr:{{{room}}}:{part}")),
         )

@@ -22,7 +22,7 @@ counts()
 local active_before, window_before = active_n, window_n
 promote()
 
-local waiting = queue_n or redis.call('ZCARD', K_QUEUE)
+local waiting = queue_n or queue_length()
 local waiting_before = waiting
 local queued_n, rejected_n = 0, 0
 -- The sessions' and places' ZADD arguments, in tables kept from call to
@@ -31,6 +31,8 @@ local queued_n, rejected_n = 0, 0
 local new_sessions, new_places = ZADD_SESSIONS, ZADD_PLACES
 local sessions_n, places_n = 0, 0
 local admitted_n = 0
+-- Whether this call wrote the tail, and whether it was empty before.
+local tailed, tail_was_empty = false, false
 
 local expiry_n = now + session_ms
 local expiry_s = int(expiry_n)
@@ -66,6 +68,8 @@ if not fresh then
 end
 
 local out
+-- The slow path's new seqs, in the order of `new_places`.
+local new_seqs
 
 if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     -- The common case, decided in two tight loops: newcomers to an open
@@ -92,11 +96,17 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
     if queued_n > 0 then
         first_seq, first_position = next_seq(queued_n), waiting + 1
         local skip = admit_n + held_n
-        for k = 1, queued_n do
-            new_places[2 * k - 1] = int_next(first_seq + k - 1)
-            new_places[2 * k] = ARGV[V + skip + k]
+        if to_tail(queued_n) then
+            tail_was_empty, tailed = not tail_ends(), true
+            tail_add(first_seq, int(first_seq), queued_n,
+                table.concat(ARGV, '', V + skip + 1, V + skip + queued_n), false)
+        else
+            for k = 1, queued_n do
+                new_places[2 * k - 1] = int_next(first_seq + k - 1)
+                new_places[2 * k] = ARGV[V + skip + k]
+            end
+            places_n = 2 * queued_n
         end
-        places_n = 2 * queued_n
         waiting = waiting + queued_n
     end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
@@ -161,6 +171,7 @@ else
         end
         -- A new seq is above every seq in the queue: the visitor is last.
         local seq = next_seq()
+        new_seqs[places_n / 2 + 1] = seq
         new_places[places_n + 1] = int_next(seq)
         new_places[places_n + 2] = visitor
         places_n = places_n + 2
@@ -170,6 +181,7 @@ else
     end
 
     out = {}
+    new_seqs = {}
     for i = 1, n do
         local at = 4 * (i - 1)
         out[at + 1], out[at + 2], out[at + 3], out[at + 4] = decide(i, ARGV[V + i])
@@ -193,11 +205,35 @@ if admitted_n > 0 then
     window_n = window_n - admitted_n
     record_admissions(admitted_n)
 end
-if places_n > 0 then
+if places_n > 0 and to_tail(places_n / 2) then
+    -- (The slow path's places are consecutive seqs, written as tail members
+    -- run by run.)
+    tail_was_empty, tailed = not tail_ends(), true
+    local from = 1
+    for i = 1, places_n / 2 do
+        local last = i == places_n / 2 or new_seqs[i + 1] ~= new_seqs[i] + 1
+        if last then
+            local ids = {}
+            for j = from, i do
+                ids[#ids + 1] = new_places[2 * j]
+            end
+            tail_add(new_seqs[from], new_places[2 * from - 1], i - from + 1, table.concat(ids),
+                false)
+            from = i + 1
+        end
+    end
+    places_n = 0
+end
+if tailed and tail_was_empty then
+    created[#created + 1] = K_TAIL
+end
+if places_n > 0 or tailed then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
     -- its polls' record.
-    zadd_all(K_QUEUE, new_places, places_n)
+    if places_n > 0 then
+        zadd_all(K_QUEUE, new_places, places_n)
+    end
     redis.call('HINCRBY', K_META, 'queued', count_string(queued_n))
     if waiting_before == 0 then
         redis.call('HSET', K_POLLS, SINCE, now_s)

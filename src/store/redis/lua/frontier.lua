@@ -3,7 +3,7 @@
 -- periodic maintenance, records the polls answered since the last run,
 -- promotes, and describes the queue beyond its admission frontier.
 --
--- KEYS 1..7 as in the prelude, 8 = the room's overrides (JSON).
+-- KEYS 1..9 as in the prelude, 10 = the room's overrides (JSON).
 -- ARGV[4] = how far ahead (ms) the answer must hold
 -- ARGV[5] = precision: one sample per 1/ARGV[5] of the distance from the
 --            frontier (so a position read between samples is off by at most
@@ -24,7 +24,7 @@
 local ahead_ms = tonumber(ARGV[4])
 local precision = tonumber(ARGV[5])
 local min_queue = tonumber(ARGV[6])
-local K_OVERRIDES = KEYS[8]
+local K_OVERRIDES = KEYS[10]
 
 housekeep()
 -- Polls first: whoever polled must not be dropped as abandoned below.
@@ -37,7 +37,7 @@ end
 maintain()
 promote()
 
-local len = redis.call('ZCARD', K_QUEUE)
+local len = queue_length()
 local meta = redis.call('HMGET', K_META, 'reset_floor', 'stale_lo', 'stale_hi')
 local floor = tonumber(meta[1] or '0')
 
@@ -85,13 +85,14 @@ for _, p in ipairs(places) do
 end
 if bound >= 0 then
     local r = bound
+    local hint = {}
     while r < len do
-        local e = redis.call('ZRANGE', K_QUEUE, r, r, 'WITHSCORES')
-        if #e < 2 then
+        local seq = seq_at(r, hint)
+        if not seq then
             break
         end
         out[#out + 1] = r
-        out[#out + 1] = tonumber(e[2])
+        out[#out + 1] = seq
         if r == len - 1 then
             break
         end

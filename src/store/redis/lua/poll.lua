@@ -8,13 +8,27 @@ housekeep()
 promote()
 
 local function decide()
-    local expiry = session_of(visitor)
-    if expiry then
-        return { ADMITTED, expiry }
+    -- A place in the tail (see the prelude) is found by the ticket's seq:
+    -- from the tail's first seq on, a place is there and not in `queue`.
+    -- One released there, or admitted in passthrough, is only marked until
+    -- it moves to `queue`; a visitor found there has no session otherwise.
+    local first = tail_ends()
+    local tail = first and seq >= first.first and tail_find(visitor, seq, ARGV[5])
+    local expiry
+    if tail then
+        if marked(K_PLACES, visitor) or marked(K_ENDED, visitor) then
+            expiry = session_of(visitor)
+            return expiry and { ADMITTED, expiry } or { ENDED }
+        end
+    else
+        expiry = session_of(visitor)
+        if expiry then
+            return { ADMITTED, expiry }
+        end
     end
-    local queued = redis.call('ZSCORE', K_QUEUE, visitor)
+    local queued = not tail and redis.call('ZSCORE', K_QUEUE, visitor)
     if state == 'closed' then
-        if queued then
+        if queued or tail then
             -- Keep the place: a room that reopens finds its queue as it was.
             touch_poll(visitor)
         end
@@ -25,12 +39,20 @@ local function decide()
         if queued then
             redis.call('ZREM', K_QUEUE, visitor)
             redis.call('HDEL', K_POLLS, visitor)
+        elseif tail then
+            -- Left out when its member moves to `queue` (its session, then
+            -- this mark, then its last poll say it left).
+            redis.call('ZADD', K_PLACES, int(now + abandon_ms + TAIL_MARK_MS), visitor)
         end
         return admit(visitor)
     end
     if queued then
         touch_poll(visitor)
         return place_of(visitor)
+    end
+    if tail then
+        touch_poll(visitor)
+        return tail_place(tail, seq)
     end
     -- An ended place stays ended: released, or issued before a reset. So
     -- does the place of a session that was ended (released or revoked):
@@ -48,6 +70,10 @@ local function decide()
     expiry = session_of(visitor)
     if expiry then
         return { ADMITTED, expiry }
+    end
+    tail = tail_find(visitor, seq, ARGV[5])
+    if tail then
+        return tail_place(tail, seq)
     end
     return place_of(visitor)
 end

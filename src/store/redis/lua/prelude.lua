@@ -21,6 +21,11 @@
 --               revoked or reset: its ticket must not re-create it
 --   7 places    ZSET visitor -> until when a released queue place stays
 --               ended (abandon_after): its ticket must not put it back
+--   8 tail      ZSET first seq -> (first seq, count, cum, offset): the back
+--               of a long queue, one member per batch of newcomers (see
+--               "The tail" below)
+--   9 tail_ids  STRING the tail's visitor ids, 32 characters each, after a
+--               header (the first id's number)
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 the room's policy, one string of ten fields joined by '|':
@@ -45,7 +50,7 @@
 -- begin() at the start of every call (Redis runs one call at a time, so
 -- these library-level locals are the call's own while it runs).
 local KEYS, ARGV
-local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES
+local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES, K_TAIL, K_TAIL_IDS
 local now, now_s, cap, capped, rate, session_ms, renewal, method, max_queue
 local abandon_ms, grace_ms, state, key_ttl_ms
 -- Region mode (src/region, store/redis/region.rs): the policy's cap field
@@ -76,6 +81,12 @@ local active_n, window_n, queue_n
 local last_seq, last_seq_read, ttl_slot
 -- last_seq as read from meta, so save_last_seq() writes only a change.
 local stored_last_seq
+-- The tail's ends as tail_ends() read them this call (false: empty; nil:
+-- not read yet).
+local tail_first, tail_last
+-- The ids string's first id number as ids_base() read it (false: no
+-- string; nil: not read yet).
+local tail_base
 
 -- tonumber() and string.format() each cost about as much as a small Redis
 -- command, so the hot paths avoid them where they can.
@@ -115,8 +126,8 @@ end
 -- Reads the call's policy; returns an error reply if the call must not run.
 local function begin(keys, args)
     KEYS, ARGV = keys, args
-    K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES =
-        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+    K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES, K_TAIL, K_TAIL_IDS =
+        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
     now_s = args[1]
     now = tonumber(now_s)
     local p = policy_of(args[2])
@@ -135,6 +146,7 @@ local function begin(keys, args)
     key_ttl_ms = p.key_ttl_ms
     active_n, window_n, queue_n = nil, nil, nil
     last_seq, last_seq_read, ttl_slot, stored_last_seq = nil, nil, nil, nil
+    tail_first, tail_last, tail_base = nil, nil, nil
 
     -- A call that waited in a frozen or overloaded Redis past its caller's
     -- timeout must not land later: the caller has already answered the
@@ -357,10 +369,401 @@ local function drop(gone)
     end
 end
 
+-- The tail: the back of a long queue, written one member per batch.
+--
+-- A queue place in `queue` is a sorted-set entry per visitor, and writing
+-- it is most of what a queued newcomer costs Redis (README, "The floor of
+-- this design"). Once `queue` holds HEAD_WINDOW places, newcomers go to
+-- the tail instead: a batch of k queued newcomers, who get consecutive
+-- seqs, is one member (first seq, k, cum, offset) scored by its first seq,
+-- and their ids (32 characters each) are appended in arrival order to the
+-- room's ids string (`tail_ids`), the first at id number <offset>.
+-- `cum` is how many places the tail had taken in before it (the last
+-- member's cum plus its k), so the places ahead of a member in the tail
+-- are its cum minus the first member's. Every seq in the tail is above
+-- every seq in `queue`: a newcomer goes to the tail whenever the tail is
+-- not empty. Members and the string's header hold their numbers as 8-byte
+-- doubles (`struct`): reading a number from its decimal digits (strtod)
+-- costs Redis more than the command that fetched it.
+--
+-- Nobody is looked up in the tail by visitor: a poll brings its ticket's
+-- seq, which finds the member; its visitor must be at its offset there.
+-- Places move from the tail's front into `queue` as the head nears them
+-- (`refill`, in whole members): who left while in the tail (released,
+-- admitted in passthrough, stopped polling, or before a reset) is left
+-- out then, so until then the tail counts them in positions and lengths
+-- (a position shown far back may be too high by the visitors ahead who
+-- left; never too low, so nobody is admitted early and nobody overtaken).
+--
+-- The ids string starts with a header of HDR bytes: the id number of its
+-- first id. Ids of members that moved up are cut from its front once they
+-- are more than half of it (`ids_trim`). A place put back inside the tail
+-- (a poll of a place the store lost, I5) is a member of its own that
+-- carries its id, and the tail's end cum as it was put back (which a last
+-- member's cum plus its k would otherwise give): (seq, 1, cum, end) and
+-- then the id.
+-- So offsets grow with seqs, and a member's ids are never behind an
+-- earlier member's.
+local HEAD_WINDOW = 2000
+local ID_LEN = 32
+local HDR = 8
+-- (Numbers given to redis.call are formatted as floats, which costs as much
+-- as a small command: the hot paths pass strings.)
+local HDR_LAST = '7'
+-- A member's four numbers; a member longer than MEMBER_LEN carries its ids.
+local MEMBER = '>dddd'
+local MEMBER_LEN = 32
+-- How long a queue place released while it may be in the tail stays
+-- marked beyond abandon_after: longer than any queue description lives,
+-- so a poll answered from one after the release cannot keep it (refill
+-- drops it as abandoned once the mark is gone).
+local TAIL_MARK_MS = 60000
+
+-- A tail member's first seq, count, cum, the tail's end cum if it is the
+-- last (`stop`), and its ids' offset (or, for a member that carries its
+-- ids, where they start in it).
+local function tail_member(m)
+    local first, k, cum, x = struct.unpack(MEMBER, m)
+    if #m > MEMBER_LEN then
+        return {
+            first = first, k = k, cum = cum, stop = x, off = false, inline = MEMBER_LEN + 1, m = m,
+        }
+    end
+    return { first = first, k = k, cum = cum, stop = cum + k, off = x, inline = false, m = m }
+end
+
+-- The id number of the ids string's first id (false: no string).
+local function ids_base()
+    if tail_base == nil then
+        local h = redis.call('GETRANGE', K_TAIL_IDS, '0', HDR_LAST)
+        tail_base = #h == HDR and struct.unpack('>d', h) or false
+    end
+    return tail_base
+end
+
+-- The ids of places i .. i+n-1 (0-based) of member `t`, joined; shorter
+-- (or empty) where the ids string lost them.
+local function tail_ids(t, i, n)
+    if t.inline then
+        local at = t.inline + ID_LEN * i
+        return string.sub(t.m, at, at + ID_LEN * n - 1)
+    end
+    local base = ids_base()
+    if not base or t.off + i < base then
+        return ''
+    end
+    local at = HDR + ID_LEN * (t.off + i - base)
+    return redis.call('GETRANGE', K_TAIL_IDS, int(at), int(at + ID_LEN * n - 1))
+end
+
+-- The tail's first and last members (false, false when it is empty).
+local function tail_ends()
+    if tail_first == nil then
+        local a = redis.call('ZRANGE', K_TAIL, '0', '0')
+        if #a == 0 then
+            tail_first, tail_last = false, false
+        else
+            tail_first = tail_member(a[1])
+            tail_last = tail_member(redis.call('ZRANGE', K_TAIL, '-1', '-1')[1])
+        end
+    end
+    return tail_first, tail_last
+end
+
+-- Appends `ids` to the ids string; returns the id number of the first.
+local function ids_append(ids)
+    local base = ids_base()
+    if base then
+        local len = redis.call('APPEND', K_TAIL_IDS, ids)
+        return base + (len - HDR - #ids) / ID_LEN
+    end
+    -- A new string numbers its ids on from every offset in the tail (one
+    -- lost on its own must not lend a member another member's ids): the
+    -- last member that has an offset holds the highest.
+    base = 0
+    local from = 0
+    while true do
+        local ms = redis.call('ZRANGE', K_TAIL, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', from, 64)
+        local found = false
+        for _, m in ipairs(ms) do
+            local t = tail_member(m)
+            if t.off then
+                base, found = t.off + t.k, true
+                break
+            end
+        end
+        if found or #ms < 64 then
+            break
+        end
+        from = from + 64
+    end
+    redis.call('SET', K_TAIL_IDS, struct.pack('>d', base) .. ids, 'PX', key_ttl_ms)
+    tail_base = base
+    return base
+end
+
+-- Cuts the ids of members that moved up (all below id number `upto`, nil
+-- if none) from the string's front once they are more than half of it, or
+-- drops the string with the tail.
+local function ids_trim(upto)
+    local base = ids_base()
+    if not base then
+        return
+    end
+    if not tail_ends() then
+        redis.call('DEL', K_TAIL_IDS)
+        tail_base = false
+        return
+    end
+    if not upto then
+        return
+    end
+    local n = (redis.call('STRLEN', K_TAIL_IDS) - HDR) / ID_LEN
+    if upto - base > n / 2 then
+        local rest = redis.call('GETRANGE', K_TAIL_IDS, int(HDR + ID_LEN * (upto - base)), '-1')
+        redis.call('SET', K_TAIL_IDS, struct.pack('>d', upto) .. rest, 'KEEPTTL')
+        tail_base = upto
+    end
+end
+
+-- Places in the tail (counting those that left it unseen, see above).
+local function tail_length()
+    local first, last = tail_ends()
+    if not first then
+        return 0
+    end
+    return last.stop - first.cum
+end
+
+-- Places waiting: in `queue` and in the tail.
+local function queue_length()
+    return redis.call('ZCARD', K_QUEUE) + tail_length()
+end
+
+-- Whether `k` new places (seqs above every seq handed out) go to the tail
+-- (only in FIFO rooms: a random pick is over the whole queue).
+local function to_tail(k)
+    if method ~= 'fifo' then
+        return false
+    end
+    local first = tail_ends()
+    return first ~= false or redis.call('ZCARD', K_QUEUE) + k > HEAD_WINDOW
+end
+
+-- Writes `ids` (k ids joined) as the tail's places at seqs first..first+k-1.
+-- `first_s` is `first` as a string; `back` is true for a place put back
+-- (its seq was handed out before), false for newcomers (above every seq).
+local function tail_add(first, first_s, k, ids, back)
+    if #ids ~= ID_LEN * k then
+        error('visitor ids in the tail must be ' .. ID_LEN .. ' characters')
+    end
+    local _, last = tail_ends()
+    local cum, member = 0, nil
+    if last and (back or first < last.first + last.k) then
+        -- Put back inside the tail (by a poll, I5), or newcomers whose seqs
+        -- are not above the tail's (after a lost last_seq, with clocks
+        -- apart): the member carries its ids and takes the cum of the place
+        -- it follows, so positions behind it are too low until it moves to
+        -- `queue`, and it counts in no length.
+        local before = redis.call('ZRANGE', K_TAIL, first_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1)
+        if #before == 1 then
+            local b = tail_member(before[1])
+            cum = b.cum + math.min(b.k, first - b.first)
+        else
+            cum = tail_first.cum
+        end
+        member = struct.pack(MEMBER, first, k, cum, last.stop) .. ids
+    else
+        if last then
+            cum = last.stop
+        end
+        member = struct.pack(MEMBER, first, k, cum, ids_append(ids))
+    end
+    redis.call('ZADD', K_TAIL, first_s, member)
+    tail_first, tail_last = nil, nil
+end
+
+-- The tail member holding `visitor` at `seq` (`seq_s` as a string), or nil.
+local function tail_find(visitor, seq, seq_s)
+    if not tail_ends() or seq < tail_first.first then
+        return nil
+    end
+    -- The member that starts at or last before `seq`; a few more only if
+    -- its id there is not the visitor's (more than one member can start
+    -- at a seq after a lost last_seq, or a place put back inside one).
+    local from, n = '0', '1'
+    while true do
+        local found = redis.call('ZRANGE', K_TAIL, seq_s, '-inf', 'BYSCORE', 'REV', 'LIMIT', from, n)
+        for _, m in ipairs(found) do
+            local t = tail_member(m)
+            local i = seq - t.first
+            if i < t.k and tail_ids(t, i, 1) == visitor then
+                return t
+            end
+        end
+        if from ~= '0' or #found == 0 then
+            return nil
+        end
+        from, n = '1', '3'
+    end
+end
+
+-- The place at `seq` in tail member `t` as a Queued verdict.
+local function tail_place(t, seq)
+    local ahead = redis.call('ZCARD', K_QUEUE)
+    return { QUEUED, seq, ahead + t.cum - tail_first.cum + seq - t.first + 1, ahead + tail_length() }
+end
+
+-- The seq of the place at `rank` (0-based) in the tail, or nil. `hint`
+-- (optional, a table kept by the caller between calls with ranks that do
+-- not decrease) starts the search where the last one ended.
+local function tail_seq_at(rank, hint)
+    local first, last = tail_ends()
+    if not first then
+        return nil
+    end
+    local want = first.cum + rank
+    if want >= last.stop then
+        return nil
+    end
+    -- The last member whose cum is at most `want`: lo's cum <= want < hi's
+    -- (hi = the member count: the end). Batches are of similar sizes, so
+    -- interpolating finds it in a step or two; halving after four steps
+    -- bounds the rest.
+    if hint and not hint.n then
+        hint.n = redis.call('ZCARD', K_TAIL)
+    end
+    local lo, lo_t = 0, first
+    local hi = hint and hint.n or redis.call('ZCARD', K_TAIL)
+    local hi_cum = last.stop
+    if hint and hint.t and hint.t.cum <= want then
+        lo, lo_t = hint.i, hint.t
+    end
+    local steps = 0
+    while hi - lo > 1 do
+        steps = steps + 1
+        local mid
+        if steps <= 4 then
+            mid = lo + math.floor((want - lo_t.cum) * (hi - lo) / (hi_cum - lo_t.cum))
+            mid = math.max(lo + 1, math.min(hi - 1, mid))
+        else
+            mid = math.floor((lo + hi) / 2)
+        end
+        local at = int(mid)
+        local t = tail_member(redis.call('ZRANGE', K_TAIL, at, at)[1])
+        if t.cum <= want then
+            lo, lo_t = mid, t
+        else
+            hi, hi_cum = mid, t.cum
+        end
+    end
+    if hint then
+        hint.i, hint.t = lo, lo_t
+    end
+    return lo_t.first + math.min(want - lo_t.cum, lo_t.k - 1)
+end
+
+-- The seq of the place at `rank` (0-based) in the whole queue, or nil
+-- (`hint` as for tail_seq_at).
+local function seq_at(rank, hint)
+    local in_queue = hint and hint.q or redis.call('ZCARD', K_QUEUE)
+    if hint then
+        hint.q = in_queue
+    end
+    if rank < in_queue then
+        local at = int(rank)
+        local e = redis.call('ZRANGE', K_QUEUE, at, at, 'WITHSCORES')
+        return tonumber(e[2])
+    end
+    return tail_seq_at(rank - in_queue, hint)
+end
+
+-- Moves whole members from the tail's front into `queue` until `want`
+-- places have moved or the tail is empty; leaves out (and counts) who
+-- left while in the tail. Returns how many places moved.
+local function refill(want)
+    local moved = 0
+    local floor = nil
+    -- The id number below which every moved member's ids lie.
+    local upto = nil
+    while moved < want do
+        local front = redis.call('ZRANGE', K_TAIL, '0', '0')
+        if #front == 0 then
+            break
+        end
+        local t = tail_member(front[1])
+        floor = floor or tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
+        local joined = tail_ids(t, 0, t.k)
+        -- Places whose ids the string lost come back when they poll (I5).
+        local ids, seqs = {}, {}
+        for i = 0, #joined / ID_LEN - 1 do
+            ids[#ids + 1] = string.sub(joined, ID_LEN * i + 1, ID_LEN * (i + 1))
+            seqs[#ids] = t.first + i
+        end
+        local stay = {}
+        if #ids > 0 then
+            local sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ids))
+            local ended = redis.call('ZMSCORE', K_ENDED, unpack(ids))
+            local places = redis.call('ZMSCORE', K_PLACES, unpack(ids))
+            for i, id in ipairs(ids) do
+                local seq = seqs[i]
+                local left = seq <= floor or sessions[i]
+                    or (ended[i] and tonumber(ended[i]) > now)
+                    or (places[i] and tonumber(places[i]) > now)
+                if not left then
+                    stay[#stay + 1] = id
+                    stay[#stay + 1] = seq
+                end
+            end
+        end
+        local gone, keep = gone_of(stay)
+        if #gone > 0 then
+            redis.call('HDEL', K_POLLS, unpack(gone))
+            redis.call('HINCRBY', K_META, 'abandoned', #gone)
+        end
+        if #keep > 0 then
+            -- gone_of keeps the order: `stay` pairs for the kept, in order.
+            local args, j = {}, 1
+            local is_gone = {}
+            for _, v in ipairs(gone) do
+                is_gone[v] = true
+            end
+            for i = 1, #stay, 2 do
+                if not is_gone[stay[i]] then
+                    args[j], args[j + 1] = int(stay[i + 1]), stay[i]
+                    j = j + 2
+                end
+            end
+            zadd_all(K_QUEUE, args, #args)
+        end
+        redis.call('ZREM', K_TAIL, t.m)
+        if t.off then
+            upto = t.off + t.k
+        end
+        moved = moved + t.k
+    end
+    if moved > 0 then
+        tail_first, tail_last = nil, nil
+        ids_trim(upto)
+    end
+    return moved
+end
+
+-- Keeps `queue` at HEAD_WINDOW / 2 places at least while the tail has more,
+-- so polls near the head read exact positions.
+local function refill_head()
+    if tail_ends() then
+        local short = HEAD_WINDOW / 2 - redis.call('ZCARD', K_QUEUE)
+        if short > 0 then
+            refill(math.min(short, PROMOTE_MAX))
+        end
+    end
+end
+
 -- Moves every room key's expiry forward, so a room nobody uses any more
 -- disappears on its own instead of leaking memory.
 local function expire_all()
-    for i = 1, 7 do
+    for i = 1, 9 do
         redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
     end
 end
@@ -388,8 +791,13 @@ local function maintain()
         end
         redis.call('HSET', K_META, 'sweep', int(next_from))
         -- Polls written for visitors no longer waiting (they left between
-        -- a poll and its write): a few random ones a run are checked.
-        local sampled = redis.call('HRANDFIELD', K_POLLS, 16)
+        -- a poll and its write): a few random ones a run are checked. (Not
+        -- while there is a tail: its places are not in `queue`; refill
+        -- clears the records of those who left it.)
+        local sampled = {}
+        if not tail_ends() then
+            sampled = redis.call('HRANDFIELD', K_POLLS, 16)
+        end
         if #sampled > 0 then
             local waiting = redis.call('ZMSCORE', K_QUEUE, unpack(sampled))
             local stale = {}
@@ -403,6 +811,7 @@ local function maintain()
             end
         end
     end
+    refill_head()
     expire_all()
 end
 
@@ -490,11 +899,37 @@ local function promote()
     if (state ~= 'open' and state ~= 'queue_all') or method == 'passthrough' then
         return
     end
+    if method == 'random' and tail_ends() then
+        -- A random pick is over the whole queue: a room that turned random
+        -- with a tail moves it over once (as long as the queue, as the
+        -- event's shuffle).
+        refill(math.huge)
+    end
     local chosen = {}
     for _ = 1, 4 do
+        local want = math.min(free_room() - #chosen, PROMOTE_MAX - #chosen)
+        if want <= 0 then
+            break
+        end
         local waiting = redis.call('ZCARD', K_QUEUE)
-        queue_n = waiting
-        local n = math.min(free_room() - #chosen, waiting, PROMOTE_MAX - #chosen)
+        -- Only places ahead of the tail may go in. (In `queue`, places at
+        -- or past the tail's first seq were written by an instance of an
+        -- earlier version that does not know the tail: README, "Upgrading".)
+        local ahead = waiting
+        if tail_ends() then
+            ahead = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(tail_first.first))
+            if ahead < want then
+                refill(want - ahead)
+                waiting = redis.call('ZCARD', K_QUEUE)
+                ahead = waiting
+                if tail_ends() then
+                    ahead = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(tail_first.first))
+                end
+            end
+        end
+        local in_tail = tail_length()
+        queue_n = waiting + in_tail
+        local n = math.min(want, ahead)
         if n <= 0 then
             break
         end
@@ -512,7 +947,7 @@ local function promote()
         end
         local gone, keep = gone_of(candidates)
         drop(gone)
-        queue_n = waiting - #gone - #keep
+        queue_n = waiting - #gone - #keep + in_tail
         if #keep > 0 then
             redis.call('ZREM', K_QUEUE, unpack(keep))
             redis.call('HDEL', K_POLLS, unpack(keep))
@@ -560,7 +995,7 @@ local function place_of(visitor)
         return nil
     end
     local rank = redis.call('ZRANK', K_QUEUE, visitor)
-    return { QUEUED, tonumber(seq), rank + 1, redis.call('ZCARD', K_QUEUE) }
+    return { QUEUED, tonumber(seq), rank + 1, queue_length() }
 end
 
 -- The highest seq handed out so far.
@@ -583,7 +1018,12 @@ end
 -- ever handed out, so a later next_seq() never reuses or undercuts it.
 -- (Written back by save_last_seq().)
 local function enqueue(visitor, seq)
-    redis.call('ZADD', K_QUEUE, int(seq), visitor)
+    local first = tail_ends()
+    if first and seq >= first.first then
+        tail_add(seq, int(seq), 1, visitor, true)
+    else
+        redis.call('ZADD', K_QUEUE, int(seq), visitor)
+    end
     redis.call('HSET', K_POLLS, visitor, now_s)
     if seq > read_last_seq() then
         last_seq = seq

@@ -25,7 +25,7 @@ if seen > arrivals then
 end
 redis.call('HSET', K_META, 'g_sync_until', int(now + tonumber(ARGV[4])),
     'g_arrivals_seen', int(arrivals))
-local queued = redis.call('ZCARD', K_QUEUE)
+local queued = queue_length()
 local out = {
     active_n,
     tonumber(g[1] or '0'),
@@ -44,12 +44,12 @@ local last_rank = -1
 for i = 0, SAMPLES do
     local rank = math.floor(i * (queued - 1) / SAMPLES)
     if queued > 0 and rank > last_rank then
-        local e = redis.call('ZRANGE', K_QUEUE, rank, rank, 'WITHSCORES')
-        if #e == 2 then
+        local seq = seq_at(rank)
+        if seq then
             out[#out + 1] = rank
-            out[#out + 1] = tonumber(e[2])
+            out[#out + 1] = seq
             if rank == 0 then
-                out[5] = tonumber(e[2])
+                out[5] = seq
             end
         end
         last_rank = rank

@@ -19,6 +19,13 @@ else
     if removed == 1 then
         -- Remembered as long as its ticket could still poll.
         redis.call('ZADD', K_PLACES, int(now + abandon_ms), visitor)
+    elseif tail_ends() then
+        -- It may wait in the tail (see the prelude), which is not looked up
+        -- by visitor: the mark ends the place there, and its member's move
+        -- to `queue` leaves it out. Answered as released, since it may
+        -- have been.
+        redis.call('ZADD', K_PLACES, int(now + abandon_ms + TAIL_MARK_MS), visitor)
+        removed = 1
     end
 end
 return removed

@@ -20,9 +20,9 @@ local floor = math.max(tonumber(ARGV[1]), last_seq + 1)
 local grant = redis.call('HMGET', KEYS[5], 'g_raised', 'g_lowered', 'g_arrivals',
     'r_raised', 'r_lowered', 'window', 'admitted')
 if grant[4] then
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8], KEYS[9])
 else
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8], KEYS[9])
 end
 local f = string.format('%d', floor)
 redis.call('HSET', KEYS[5], 'last_seq', f, 'reset_floor', f)

@@ -20,6 +20,9 @@ if ARGV[7] ~= '1' then
     return 0
 end
 local lo, hi = tonumber(ARGV[5]), tonumber(ARGV[6])
+-- The whole queue is in `queue` for the shuffle (a tail is moved over
+-- first: as the shuffle, once per event and as long as the queue).
+refill(math.huge)
 local entries = redis.call('ZRANGEBYSCORE', K_QUEUE, int(lo), '(' .. int(hi), 'WITHSCORES')
 -- Whoever stopped polling leaves now, as at any other time; everyone else's
 -- abandonment clock starts again at the start (as in the memory store): a

@@ -12,7 +12,7 @@ end
 counts()
 return {
     redis.call('ZCARD', K_SESSIONS),
-    redis.call('ZCARD', K_QUEUE),
+    queue_length(),
     window_n,
     oldest_ms,
 }
