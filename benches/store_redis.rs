@@ -139,11 +139,13 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     .await;
     let after = used_memory(server);
     let q = key_bytes(server, "wr:{mem-queue}:queue");
+    let tail = key_bytes(server, "wr:{mem-queue}:tail");
     println!(
-        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1}; a place has no poll record until its first poll)",
+        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1}, tail {:.1}; a place has no poll record until its first poll)",
         after - before,
         (after - before) as f64 / n as f64,
         q as f64 / n as f64,
+        tail as f64 / n as f64,
     );
     let seqs = seqs.into_inner();
     fill(n, |i| {
