@@ -70,6 +70,23 @@ if method == 'fifo' and eff_method == 'fifo' and rated and len >= min_queue then
     end
 end
 
+-- Ranks in the tail count whoever left it unseen (see the prelude), so a
+-- frontier there would sit too far forward: the places up to it move to
+-- `queue` first, where ranks are exact (a few refreshes' worth at a time;
+-- none answered from here until they have).
+if bound >= 0 and tail_ends() then
+    local head = redis.call('ZCARD', K_QUEUE)
+    if bound >= head then
+        refill(math.min(bound - head + 1, 4 * PROMOTE_MAX))
+        len = queue_length()
+        if tail_ends() and bound >= redis.call('ZCARD', K_QUEUE) then
+            bound = -1
+        elseif bound >= len then
+            bound = -1
+        end
+    end
+end
+
 local places = {}
 if bound >= 0 then
     places = redis.call('ZRANGEBYSCORE', K_PLACES, '(' .. now_s, '+inf', 'LIMIT', 0, 1001)

@@ -41,8 +41,11 @@ local function decide()
             redis.call('HDEL', K_POLLS, visitor)
         elseif tail then
             -- Left out when its member moves to `queue` (its session, then
-            -- this mark, then its last poll say it left).
-            redis.call('ZADD', K_PLACES, int(now + abandon_ms + TAIL_MARK_MS), visitor)
+            -- this mark, then its last poll say it left); marked while the
+            -- session lasts, since a poll from the tail finds the mark
+            -- before the session.
+            redis.call('ZADD', K_PLACES,
+                int(now + math.max(abandon_ms + TAIL_MARK_MS, session_ms + grace_ms)), visitor)
         end
         return admit(visitor)
     end

@@ -24,8 +24,8 @@
 --   8 tail      ZSET first seq -> (first seq, count, cum, offset): the back
 --               of a long queue, one member per batch of newcomers (see
 --               "The tail" below)
---   9 tail_ids  STRING the tail's visitor ids, 32 characters each, after a
---               header (the first id's number)
+--   9 tail_ids  the prefix of the keys "tail_ids:<n>": STRINGs of the
+--               tail's visitor ids, 32 characters each (see "The tail")
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 the room's policy, one string of ten fields joined by '|':
@@ -84,9 +84,6 @@ local stored_last_seq
 -- The tail's ends as tail_ends() read them this call (false: empty; nil:
 -- not read yet).
 local tail_first, tail_last
--- The ids string's first id number as ids_base() read it (false: no
--- string; nil: not read yet).
-local tail_base
 
 -- tonumber() and string.format() each cost about as much as a small Redis
 -- command, so the hot paths avoid them where they can.
@@ -146,7 +143,7 @@ local function begin(keys, args)
     key_ttl_ms = p.key_ttl_ms
     active_n, window_n, queue_n = nil, nil, nil
     last_seq, last_seq_read, ttl_slot, stored_last_seq = nil, nil, nil, nil
-    tail_first, tail_last, tail_base = nil, nil, nil
+    tail_first, tail_last = nil, nil
 
     -- A call that waited in a frozen or overloaded Redis past its caller's
     -- timeout must not land later: the caller has already answered the
@@ -376,8 +373,9 @@ end
 -- this design"). Once `queue` holds HEAD_WINDOW places, newcomers go to
 -- the tail instead: a batch of k queued newcomers, who get consecutive
 -- seqs, is one member (first seq, k, cum, offset) scored by its first seq,
--- and their ids (32 characters each) are appended in arrival order to the
--- room's ids string (`tail_ids`), the first at id number <offset>.
+-- and their ids (32 characters each) are written in arrival order to the
+-- room's ids, the first at id number <offset>: id number o is at byte
+-- 32 * (o % CHUNK) of the string key `tail_ids:<o // CHUNK>`.
 -- `cum` is how many places the tail had taken in before it (the last
 -- member's cum plus its k), so the places ahead of a member in the tail
 -- are its cum minus the first member's. Every seq in the tail is above
@@ -385,6 +383,14 @@ end
 -- not empty. Members and the string's header hold their numbers as 8-byte
 -- doubles (`struct`): reading a number from its decimal digits (strtod)
 -- costs Redis more than the command that fetched it.
+--
+-- The ids are in chunks of CHUNK (2 MB), not one string, so that ids that
+-- moved up go with their chunk (a `DEL`), and nothing is ever copied to
+-- cut them off. (The chunks' keys are made here from the ninth key, which
+-- is their common prefix: they share its `{room}` tag, so its slot.) Ids
+-- are written where their number says (`SETRANGE`), so whatever a chunk
+-- held before cannot shift them, and read back only by a member that wrote
+-- them; a chunk lost reads as bytes that are no visitor's id.
 --
 -- Nobody is looked up in the tail by visitor: a poll brings its ticket's
 -- seq, which finds the member; its visitor must be at its offset there.
@@ -395,9 +401,7 @@ end
 -- (a position shown far back may be too high by the visitors ahead who
 -- left; never too low, so nobody is admitted early and nobody overtaken).
 --
--- The ids string starts with a header of HDR bytes: the id number of its
--- first id. Ids of members that moved up are cut from its front once they
--- are more than half of it (`ids_trim`). A place put back inside the tail
+-- A place put back inside the tail
 -- (a poll of a place the store lost, I5) is a member of its own that
 -- carries its id, and the tail's end cum as it was put back (which a last
 -- member's cum plus its k would otherwise give): (seq, 1, cum, end) and
@@ -406,10 +410,9 @@ end
 -- earlier member's.
 local HEAD_WINDOW = 2000
 local ID_LEN = 32
-local HDR = 8
+local CHUNK = 65536
 -- (Numbers given to redis.call are formatted as floats, which costs as much
 -- as a small command: the hot paths pass strings.)
-local HDR_LAST = '7'
 -- A member's four numbers; a member longer than MEMBER_LEN carries its ids.
 local MEMBER = '>dddd'
 local MEMBER_LEN = 32
@@ -432,28 +435,59 @@ local function tail_member(m)
     return { first = first, k = k, cum = cum, stop = cum + k, off = x, inline = false, m = m }
 end
 
--- The id number of the ids string's first id (false: no string).
-local function ids_base()
-    if tail_base == nil then
-        local h = redis.call('GETRANGE', K_TAIL_IDS, '0', HDR_LAST)
-        tail_base = #h == HDR and struct.unpack('>d', h) or false
-    end
-    return tail_base
+-- The key of ids chunk `c`.
+local function chunk_key(c)
+    return K_TAIL_IDS .. ':' .. int(c)
 end
 
--- The ids of places i .. i+n-1 (0-based) of member `t`, joined; shorter
--- (or empty) where the ids string lost them.
+-- The ids of places i .. i+n-1 (0-based) of member `t`, joined: always n
+-- ids long, where the ids a chunk lost read as '?'s or zero bytes (no
+-- visitor's id: `is_id`).
 local function tail_ids(t, i, n)
     if t.inline then
         local at = t.inline + ID_LEN * i
         return string.sub(t.m, at, at + ID_LEN * n - 1)
     end
-    local base = ids_base()
-    if not base or t.off + i < base then
-        return ''
+    local parts = {}
+    local o = t.off + i
+    while n > 0 do
+        local c = math.floor(o / CHUNK)
+        local within = o - c * CHUNK
+        local take = math.min(n, CHUNK - within)
+        local got = redis.call('GETRANGE', chunk_key(c), int(ID_LEN * within),
+            int(ID_LEN * (within + take) - 1))
+        if #got < ID_LEN * take then
+            got = got .. string.rep('?', ID_LEN * take - #got)
+        end
+        parts[#parts + 1] = got
+        o, n = o + take, n - take
     end
-    local at = HDR + ID_LEN * (t.off + i - base)
-    return redis.call('GETRANGE', K_TAIL_IDS, int(at), int(at + ID_LEN * n - 1))
+    return #parts == 1 and parts[1] or table.concat(parts)
+end
+
+-- Whether `s` (ID_LEN characters) can be a visitor id: hex digits only.
+local function is_id(s)
+    return string.find(s, '^%x+$') ~= nil
+end
+
+-- Writes `ids` (joined) as id numbers o, o+1, ...; a chunk new to the
+-- room gets its expiry at once.
+local function ids_write(o, ids)
+    local n, from = #ids / ID_LEN, 1
+    while n > 0 do
+        local c = math.floor(o / CHUNK)
+        local within = o - c * CHUNK
+        local take = math.min(n, CHUNK - within)
+        local key = chunk_key(c)
+        local part = ids
+        if take * ID_LEN ~= #ids then
+            part = string.sub(ids, from, from + ID_LEN * take - 1)
+        end
+        if redis.call('SETRANGE', key, int(ID_LEN * within), part) == ID_LEN * take then
+            redis.call('PEXPIRE', key, key_ttl_ms)
+        end
+        o, n, from = o + take, n - take, from + ID_LEN * take
+    end
 end
 
 -- The tail's first and last members (false, false when it is empty).
@@ -470,59 +504,38 @@ local function tail_ends()
     return tail_first, tail_last
 end
 
--- Appends `ids` to the ids string; returns the id number of the first.
-local function ids_append(ids)
-    local base = ids_base()
-    if base then
-        local len = redis.call('APPEND', K_TAIL_IDS, ids)
-        return base + (len - HDR - #ids) / ID_LEN
+-- The id number after the tail's last ids: one past the offset and count of
+-- the last member that has an offset (offsets grow with seqs), 0 if none.
+local function ids_end()
+    local _, last = tail_ends()
+    if not last then
+        return 0
     end
-    -- A new string numbers its ids on from every offset in the tail (one
-    -- lost on its own must not lend a member another member's ids): the
-    -- last member that has an offset holds the highest.
-    base = 0
+    if last.off then
+        return last.off + last.k
+    end
     local from = 0
     while true do
         local ms = redis.call('ZRANGE', K_TAIL, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', from, 64)
-        local found = false
         for _, m in ipairs(ms) do
             local t = tail_member(m)
             if t.off then
-                base, found = t.off + t.k, true
-                break
+                return t.off + t.k
             end
         end
-        if found or #ms < 64 then
-            break
+        if #ms < 64 then
+            return 0
         end
         from = from + 64
     end
-    redis.call('SET', K_TAIL_IDS, struct.pack('>d', base) .. ids, 'PX', key_ttl_ms)
-    tail_base = base
-    return base
 end
 
--- Cuts the ids of members that moved up (all below id number `upto`, nil
--- if none) from the string's front once they are more than half of it, or
--- drops the string with the tail.
-local function ids_trim(upto)
-    local base = ids_base()
-    if not base then
-        return
-    end
-    if not tail_ends() then
-        redis.call('DEL', K_TAIL_IDS)
-        tail_base = false
-        return
-    end
-    if not upto then
-        return
-    end
-    local n = (redis.call('STRLEN', K_TAIL_IDS) - HDR) / ID_LEN
-    if upto - base > n / 2 then
-        local rest = redis.call('GETRANGE', K_TAIL_IDS, int(HDR + ID_LEN * (upto - base)), '-1')
-        redis.call('SET', K_TAIL_IDS, struct.pack('>d', upto) .. rest, 'KEEPTTL')
-        tail_base = upto
+-- The chunks that hold the ids from number `lo` to number `hi` - 1, for
+-- `f` (at most 64: a queue of four million).
+local function each_chunk(lo, hi, f)
+    local c, last = math.floor(lo / CHUNK), math.floor((hi - 1) / CHUNK)
+    for i = c, math.min(last, c + 63) do
+        f(chunk_key(i))
     end
 end
 
@@ -532,7 +545,7 @@ local function tail_length()
     if not first then
         return 0
     end
-    return last.stop - first.cum
+    return math.max(last.stop - first.cum, 0)
 end
 
 -- Places waiting: in `queue` and in the tail.
@@ -572,12 +585,16 @@ local function tail_add(first, first_s, k, ids, back)
         else
             cum = tail_first.cum
         end
-        member = struct.pack(MEMBER, first, k, cum, last.stop) .. ids
+        -- (Put back past the end, it extends the end: counted too many,
+        -- never too few.)
+        member = struct.pack(MEMBER, first, k, cum, math.max(last.stop, cum + k)) .. ids
     else
         if last then
             cum = last.stop
         end
-        member = struct.pack(MEMBER, first, k, cum, ids_append(ids))
+        local off = ids_end()
+        ids_write(off, ids)
+        member = struct.pack(MEMBER, first, k, cum, off)
     end
     redis.call('ZADD', K_TAIL, first_s, member)
     tail_first, tail_last = nil, nil
@@ -611,7 +628,8 @@ end
 -- The place at `seq` in tail member `t` as a Queued verdict.
 local function tail_place(t, seq)
     local ahead = redis.call('ZCARD', K_QUEUE)
-    return { QUEUED, seq, ahead + t.cum - tail_first.cum + seq - t.first + 1, ahead + tail_length() }
+    local position = math.max(ahead + t.cum - tail_first.cum + seq - t.first + 1, 1)
+    return { QUEUED, seq, position, math.max(ahead + tail_length(), position) }
 end
 
 -- The seq of the place at `rank` (0-based) in the tail, or nil. `hint`
@@ -684,8 +702,8 @@ end
 local function refill(want)
     local moved = 0
     local floor = nil
-    -- The id number below which every moved member's ids lie.
-    local upto = nil
+    -- The ids the moved members had (their chunks go once passed).
+    local ids_lo, ids_hi = nil, nil
     while moved < want do
         local front = redis.call('ZRANGE', K_TAIL, '0', '0')
         if #front == 0 then
@@ -694,13 +712,16 @@ local function refill(want)
         local t = tail_member(front[1])
         floor = floor or tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
         local joined = tail_ids(t, 0, t.k)
-        -- Places whose ids the string lost come back when they poll (I5).
+        -- Places whose ids a chunk lost come back when they poll (I5).
         local ids, seqs = {}, {}
-        for i = 0, #joined / ID_LEN - 1 do
-            ids[#ids + 1] = string.sub(joined, ID_LEN * i + 1, ID_LEN * (i + 1))
-            seqs[#ids] = t.first + i
+        for i = 0, t.k - 1 do
+            local id = string.sub(joined, ID_LEN * i + 1, ID_LEN * (i + 1))
+            if is_id(id) then
+                ids[#ids + 1] = id
+                seqs[#ids] = t.first + i
+            end
         end
-        local stay = {}
+        local stay, left_ids = {}, {}
         if #ids > 0 then
             local sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ids))
             local ended = redis.call('ZMSCORE', K_ENDED, unpack(ids))
@@ -710,11 +731,16 @@ local function refill(want)
                 local left = seq <= floor or sessions[i]
                     or (ended[i] and tonumber(ended[i]) > now)
                     or (places[i] and tonumber(places[i]) > now)
-                if not left then
+                if left then
+                    left_ids[#left_ids + 1] = id
+                else
                     stay[#stay + 1] = id
                     stay[#stay + 1] = seq
                 end
             end
+        end
+        if #left_ids > 0 then
+            redis.call('HDEL', K_POLLS, unpack(left_ids))
         end
         local gone, keep = gone_of(stay)
         if #gone > 0 then
@@ -738,13 +764,25 @@ local function refill(want)
         end
         redis.call('ZREM', K_TAIL, t.m)
         if t.off then
-            upto = t.off + t.k
+            ids_lo, ids_hi = ids_lo or t.off, t.off + t.k
         end
         moved = moved + t.k
     end
     if moved > 0 then
         tail_first, tail_last = nil, nil
-        ids_trim(upto)
+        if ids_lo then
+            -- Every chunk the moved ids passed, and the last one too if the
+            -- tail is now empty (its numbers start again at 0).
+            local hi = ids_hi - ids_hi % CHUNK
+            if not tail_ends() then
+                hi = ids_hi
+            end
+            if hi > ids_lo then
+                each_chunk(ids_lo, hi, function(key)
+                    redis.call('DEL', key)
+                end)
+            end
+        end
     end
     return moved
 end
@@ -763,8 +801,18 @@ end
 -- Moves every room key's expiry forward, so a room nobody uses any more
 -- disappears on its own instead of leaking memory.
 local function expire_all()
-    for i = 1, 9 do
+    for i = 1, 8 do
         redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
+    end
+    local first = tail_ends()
+    if first then
+        local hi = ids_end()
+        local lo = first.off or math.max(hi - tail_length(), 0)
+        if hi > lo then
+            each_chunk(lo, hi, function(key)
+                redis.call('PEXPIRE', key, key_ttl_ms)
+            end)
+        end
     end
 end
 
@@ -916,16 +964,16 @@ local function promote()
         -- or past the tail's first seq were written by an instance of an
         -- earlier version that does not know the tail: README, "Upgrading".)
         local ahead = waiting
-        if tail_ends() then
+        -- (A refill may move up only places whose visitors left: it goes on
+        -- until enough are ahead or the tail is empty.)
+        while tail_ends() do
             ahead = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(tail_first.first))
-            if ahead < want then
-                refill(want - ahead)
-                waiting = redis.call('ZCARD', K_QUEUE)
-                ahead = waiting
-                if tail_ends() then
-                    ahead = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(tail_first.first))
-                end
+            if ahead >= want then
+                break
             end
+            refill(want - ahead)
+            waiting = redis.call('ZCARD', K_QUEUE)
+            ahead = waiting
         end
         local in_tail = tail_length()
         queue_n = waiting + in_tail

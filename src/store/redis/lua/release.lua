@@ -24,7 +24,9 @@ else
         -- by visitor: the mark ends the place there, and its member's move
         -- to `queue` leaves it out. Answered as released, since it may
         -- have been.
-        redis.call('ZADD', K_PLACES, int(now + abandon_ms + TAIL_MARK_MS), visitor)
+        -- (A room that never abandons keeps the mark as long as its keys.)
+        local mark = abandon_ms > 0 and abandon_ms + TAIL_MARK_MS or key_ttl_ms
+        redis.call('ZADD', K_PLACES, int(now + mark), visitor)
         removed = 1
     end
 end

@@ -17,12 +17,23 @@ local floor = math.max(tonumber(ARGV[1]), last_seq + 1)
 -- So do its admission tokens and the admissions holding them (the rate
 -- window): the region may give a token back only once its admission has
 -- left the window, reset or not.
+-- The tail's ids chunks (KEYS[9] is their prefix; lua/prelude.lua, "The
+-- tail"): those between its first and last members' offsets. (A chunk left
+-- over by a tail lost before goes with its expiry.)
+local ends = { redis.call('ZRANGE', KEYS[8], 0, 0)[1], redis.call('ZRANGE', KEYS[8], -1, -1)[1] }
+if ends[1] and #ends[1] == 32 and #ends[2] == 32 then
+    local _, _, _, lo = struct.unpack('>dddd', ends[1])
+    local _, k, _, hi = struct.unpack('>dddd', ends[2])
+    for c = math.floor(lo / 65536), math.min(math.floor((hi + k) / 65536), math.floor(lo / 65536) + 63) do
+        redis.call('DEL', KEYS[9] .. ':' .. string.format('%d', c))
+    end
+end
 local grant = redis.call('HMGET', KEYS[5], 'g_raised', 'g_lowered', 'g_arrivals',
     'r_raised', 'r_lowered', 'window', 'admitted')
 if grant[4] then
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8], KEYS[9])
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8])
 else
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8], KEYS[9])
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8])
 end
 local f = string.format('%d', floor)
 redis.call('HSET', KEYS[5], 'last_seq', f, 'reset_floor', f)
