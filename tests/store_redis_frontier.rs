@@ -309,3 +309,55 @@ async fn a_rate_another_instance_applies_widens_the_frontier() {
         "now inside the frontier: a script"
     );
 }
+
+/// A frontier that falls in the tail of a long queue (lua/prelude.lua, "The
+/// tail"), where ranks still count visitors who left it: the description
+/// moves the places up to it into `queue` first, so that nobody its
+/// admissions will reach is answered "queued" without a script. Here 600
+/// released places sit just behind the head when the rate window is about
+/// to free 3,000 admissions. (Sampled in the tail, the frontier sat 600
+/// places too far forward, and the visitor at rank 2,900 was answered from
+/// the description.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontier_in_the_tail_is_counted_without_who_left() {
+    let (server, store) = start().await;
+    let mut p = room("long");
+    p.total_active_users = 0;
+    p.new_users_per_minute = 3_000;
+    let mut queued = Vec::new();
+    for _ in 0..(11_000 / 64 + 1) {
+        let calls = (0..64).map(|_| {
+            let (store, p) = (&store, &p);
+            async move {
+                let v = VisitorId::random();
+                (v, store.arrive_new(p, v, T0).await.unwrap())
+            }
+        });
+        for (v, verdict) in futures::future::join_all(calls).await {
+            if let Verdict::Queued(place) = verdict {
+                queued.push((v, place.seq));
+            }
+        }
+    }
+    queued.sort_by_key(|&(_, seq)| seq);
+    let tail: u64 = server.cmd(&["ZCARD", "wr:{long}:tail"]);
+    assert!(queued.len() > 7_000 && tail > 0, "{} queued", queued.len());
+    for &(v, _) in &queued[2_000..2_600] {
+        assert!(store.release(&p, v, T0 + SECOND).await.unwrap());
+    }
+    // The admissions at T0 leave the window at T0 + 60 s: descriptions made
+    // just before count them as free places ahead (the bound is 3,000).
+    let probe = *queued.last().unwrap();
+    for at in [T0 + 59_300, T0 + 59_500, T0 + 59_700, T0 + 59_900] {
+        described(&store, &p, probe, at).await;
+    }
+    // Rank 2,900, 150 ms later (no refresh due, so a script that runs is
+    // this poll's).
+    let (v, seq) = queued[600 + 2_900];
+    let before = scripts_run(&server);
+    let verdict = store.poll(&p, v, seq, T0 + 60_050).await.unwrap();
+    assert!(
+        !matches!(verdict, Verdict::Queued(_)) || scripts_run(&server) > before,
+        "answered from the description: {verdict:?}"
+    );
+}
