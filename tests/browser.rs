@@ -245,11 +245,14 @@ async fn the_page_backs_off_when_told_to_slow_down() {
         .iter()
         .map(|p| (p[0].as_f64().unwrap(), p[1].as_u64().unwrap()))
         .collect();
-    // Each 429 doubles the wait: the gaps after consecutive 429s grow.
+    // Each 429 doubles the wait: the gaps after consecutive 429s grow. The
+    // page draws each wait within ±20% (static/queue.html), so a doubled
+    // wait is at least 2 × 0.8 / 1.2 = 1.33 times the one before. (A bound
+    // of 1.5 failed about one run in 25: 2,348 ms, then 3,232 ms.)
     let gaps: Vec<f64> = polls.windows(2).map(|w| w[1].0 - w[0].0).collect();
     let last = gaps.len() - 1;
     assert!(gaps[last] > 3000.0, "backed off to {:?} ms", gaps);
-    assert!(gaps[last] > gaps[0] * 1.5, "gaps grow: {gaps:?}");
+    assert!(gaps[last] > gaps[0] * 1.3, "gaps grow: {gaps:?}");
     // And the visitor is still queued.
     assert_eq!(
         h.store()
