@@ -359,6 +359,24 @@ async fn places_put_back_past_the_end_of_the_tail_keep_lengths_whole() {
     assert_eq!((newcomer.position, newcomer.queue_length), (4, 4));
 }
 
+/// A reset empties the tail too, ids and all; its tickets are ended.
+#[tokio::test]
+async fn a_reset_empties_the_tail_and_its_ids() {
+    let (server, store) = start().await;
+    let p = policy(1, 0);
+    let q = queue_long(&store, &p, 2_600).await;
+    let ids = |server: &RedisServer| -> i64 { server.cmd(&["EXISTS", "wr:{room-a}:tail_ids:0"]) };
+    assert_eq!(ids(&server), 1);
+    store.reset(&p, T0 + 100).await.unwrap();
+    let tail: i64 = server.cmd(&["EXISTS", "wr:{room-a}:tail"]);
+    assert_eq!((tail, ids(&server)), (0, 0));
+    let (v, seq) = q[2_500];
+    assert_eq!(
+        store.poll(&p, vid(v), seq, T0 + 200).await.unwrap(),
+        Verdict::Ended
+    );
+}
+
 /// A room that turns `random` with a long queue picks over the whole of it,
 /// not just over its head: its tail moves into `queue` at the first
 /// promotion.
@@ -486,10 +504,10 @@ async fn every_operation_is_one_script_call() {
             .unwrap_or(0)
     };
     let all: String = server.cmd(&["INFO", "commandstats"]);
-    // The room functions (arrive, poll, check_in, release, stats), and the
-    // two scripts outside the library (totals, reset).
-    assert_eq!(calls("fcall"), 5, "{all}");
-    assert_eq!(calls("evalsha"), 2, "{all}");
+    // The room functions (arrive, poll, check_in, release, stats, reset),
+    // and the script outside the library (totals).
+    assert_eq!(calls("fcall"), 6, "{all}");
+    assert_eq!(calls("evalsha"), 1, "{all}");
     assert_eq!(
         calls("eval") + calls("script|load") + calls("function|load"),
         0

@@ -19,7 +19,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Value};
 
 /// One room script: its name, and its file (run after the prelude).
-const ROOM_SCRIPTS: [(RoomFn, &str, &str); 9] = [
+const ROOM_SCRIPTS: [(RoomFn, &str, &str); 10] = [
     (
         RoomFn::Arrive,
         "arrive",
@@ -53,6 +53,7 @@ const ROOM_SCRIPTS: [(RoomFn, &str, &str); 9] = [
         "region_apply",
         include_str!("lua/region_apply.lua"),
     ),
+    (RoomFn::Reset, "reset", include_str!("lua/reset.lua")),
 ];
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -69,6 +70,7 @@ pub(crate) enum RoomFn {
     StartEvent,
     RegionBegin,
     RegionApply,
+    Reset,
 }
 
 /// The library's code and its functions' versioned names.

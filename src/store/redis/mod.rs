@@ -49,7 +49,6 @@ const KEY_TTL_MARGIN_MS: Millis = 60 * 60 * 1000;
 /// `SCRIPT FLUSH` or a failover).
 struct Scripts {
     totals: Script,
-    reset: Script,
     overrides: Script,
     set_overrides: Script,
     note: Script,
@@ -59,7 +58,6 @@ impl Scripts {
     fn new() -> Self {
         Self {
             totals: Script::new(include_str!("lua/totals.lua")),
-            reset: Script::new(include_str!("lua/reset.lua")),
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
             note: Script::new(include_str!("lua/note.lua")),
@@ -947,12 +945,11 @@ impl Store for RedisStore {
 
     async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.inner.scripts.reset.prepare_invoke();
-        for key in &keys.0 {
-            inv.key(key.as_str());
-        }
-        inv.arg(super::next_seq(now_ms, 0)).arg(key_ttl_ms(room));
-        self.inner.run(&inv).await?;
+        let mut inv = self
+            .inner
+            .room_call(RoomFn::Reset, &keys.0, room, now_ms, 0);
+        inv.arg(super::next_seq(now_ms, 0));
+        self.inner.run_room(&inv).await?;
         self.inner.frontiers.forget(&room.room);
         Ok(())
     }

@@ -79,9 +79,7 @@ if bound >= 0 and tail_ends() then
     if bound >= head then
         refill(math.min(bound - head + 1, 4 * PROMOTE_MAX))
         len = queue_length()
-        if tail_ends() and bound >= redis.call('ZCARD', K_QUEUE) then
-            bound = -1
-        elseif bound >= len then
+        if bound >= redis.call('ZCARD', K_QUEUE) then
             bound = -1
         end
     end

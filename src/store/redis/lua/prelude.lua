@@ -743,10 +743,7 @@ local function refill(want)
             redis.call('HDEL', K_POLLS, unpack(left_ids))
         end
         local gone, keep = gone_of(stay)
-        if #gone > 0 then
-            redis.call('HDEL', K_POLLS, unpack(gone))
-            redis.call('HINCRBY', K_META, 'abandoned', #gone)
-        end
+        drop(gone)
         if #keep > 0 then
             -- gone_of keeps the order: `stay` pairs for the kept, in order.
             local args, j = {}, 1
@@ -787,6 +784,18 @@ local function refill(want)
     return moved
 end
 
+-- The ids chunks the tail's members point into, for `f` (as each_chunk).
+local function each_tail_chunk(f)
+    local first = tail_ends()
+    if first then
+        local hi = ids_end()
+        local lo = first.off or math.max(hi - tail_length(), 0)
+        if hi > lo then
+            each_chunk(lo, hi, f)
+        end
+    end
+end
+
 -- Keeps `queue` at HEAD_WINDOW / 2 places at least while the tail has more,
 -- so polls near the head read exact positions.
 local function refill_head()
@@ -801,19 +810,13 @@ end
 -- Moves every room key's expiry forward, so a room nobody uses any more
 -- disappears on its own instead of leaking memory.
 local function expire_all()
+    -- (The ninth key is the ids chunks' prefix, not a key of its own.)
     for i = 1, 8 do
         redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
     end
-    local first = tail_ends()
-    if first then
-        local hi = ids_end()
-        local lo = first.off or math.max(hi - tail_length(), 0)
-        if hi > lo then
-            each_chunk(lo, hi, function(key)
-                redis.call('PEXPIRE', key, key_ttl_ms)
-            end)
-        end
-    end
+    each_tail_chunk(function(key)
+        redis.call('PEXPIRE', key, key_ttl_ms)
+    end)
 end
 
 -- The periodic part: visitors who stopped polling lose their place (the
@@ -960,12 +963,12 @@ local function promote()
             break
         end
         local waiting = redis.call('ZCARD', K_QUEUE)
-        -- Only places ahead of the tail may go in. (In `queue`, places at
-        -- or past the tail's first seq were written by an instance of an
-        -- earlier version that does not know the tail: README, "Upgrading".)
+        -- Only places ahead of the tail may go in (in `queue`, places at or
+        -- past the tail's first seq were written by an instance of an
+        -- earlier version that does not know the tail: README,
+        -- "Upgrading"). A refill may move up only places whose visitors
+        -- left, so it goes on until enough are ahead or the tail is empty.
         local ahead = waiting
-        -- (A refill may move up only places whose visitors left: it goes on
-        -- until enough are ahead or the tail is empty.)
         while tail_ends() do
             ahead = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(tail_first.first))
             if ahead >= want then
