@@ -140,12 +140,17 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     let after = used_memory(server);
     let q = key_bytes(server, "wr:{mem-queue}:queue");
     let tail = key_bytes(server, "wr:{mem-queue}:tail");
+    // The tail's ids, in chunks of 65,536 (lua/prelude.lua, "The tail").
+    let ids: i64 = (0..=n / 65_536)
+        .map(|c| key_bytes(server, &format!("wr:{{mem-queue}}:tail_ids:{c}")))
+        .sum();
     println!(
-        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1}, tail {:.1}; a place has no poll record until its first poll)",
+        "queued visitors: {n}: used_memory +{} B = {:.1} B/visitor (queue ZSET {:.1}, tail {:.1}, its ids {:.1}; a place has no poll record until its first poll)",
         after - before,
         (after - before) as f64 / n as f64,
         q as f64 / n as f64,
         tail as f64 / n as f64,
+        ids as f64 / n as f64,
     );
     let seqs = seqs.into_inner();
     fill(n, |i| {
