@@ -170,27 +170,38 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
         polls as f64 / n as f64
     );
 
-    let _: () = server.cmd(&["FLUSHALL"]);
-    let before = used_memory(server);
-    let active = room("mem-active", 0);
-    fill(n, |i| {
-        let p = &active;
-        async move {
-            let v = store.arrive(p, vid(i), now).await.expect("arrive");
-            assert!(matches!(v, Verdict::Admitted { .. }));
-        }
-    })
-    .await;
-    let after = used_memory(server);
-    let sessions = key_bytes(server, "wr:{mem-active}:sessions");
-    let admits = key_bytes(server, "wr:{mem-active}:admits");
-    println!(
-        "active sessions: {n}: used_memory +{} B = {:.1} B/session (sessions ZSET {:.1}; the 60 s admissions window adds {:.1} per admission while it lasts)",
-        after - before,
-        (after - before) as f64 / n as f64,
-        sessions as f64 / n as f64,
-        admits as f64 / n as f64
-    );
+    // Sessions made one at a time (`arrive`: promotion, renewal and
+    // visitors who may have been seen before take this path) and those of
+    // newcomers admitted together (`arrive_new`, the daemon's path: one
+    // `batches` entry per call).
+    for (what, fresh) in [("one at a time", false), ("admitted together", true)] {
+        let _: () = server.cmd(&["FLUSHALL"]);
+        let before = used_memory(server);
+        let active = room("mem-active", 0);
+        fill(n, |i| {
+            let p = &active;
+            async move {
+                let v = if fresh {
+                    store.arrive_new(p, vid(i), now).await
+                } else {
+                    store.arrive(p, vid(i), now).await
+                };
+                assert!(matches!(v.expect("arrive"), Verdict::Admitted { .. }));
+            }
+        })
+        .await;
+        let after = used_memory(server);
+        let sessions = key_bytes(server, "wr:{mem-active}:sessions")
+            + key_bytes(server, "wr:{mem-active}:batches");
+        let admits = key_bytes(server, "wr:{mem-active}:admits");
+        println!(
+            "active sessions, {what}: {n}: used_memory +{} B = {:.1} B/session (sessions and batches {:.1}; the 60 s admissions window adds {:.1} per admission while it lasts)",
+            after - before,
+            (after - before) as f64 / n as f64,
+            sessions as f64 / n as f64,
+            admits as f64 / n as f64
+        );
+    }
 }
 
 async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
@@ -242,6 +253,36 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
         store.arrive_new(&open, vid(i), now).await.expect("arrive");
     }
     report("arrive (admitted)", server);
+    // Newcomers admitted together (their sessions one `batches` entry per
+    // call), 64 a millisecond, then each one's first renewal, which takes
+    // its session out (a check-in reads the batches that end in the same
+    // millisecond as its ticket).
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let expiries = std::sync::Mutex::new(Vec::new());
+    fill(k, |i| {
+        let (open, expiries) = (&open, &expiries);
+        async move {
+            let v = store.arrive_new(open, vid(i), now + i / 64).await;
+            match v.expect("arrive") {
+                Verdict::Admitted { session_expires_ms } => {
+                    expiries.lock().unwrap().push((i, session_expires_ms))
+                }
+                other => panic!("expected an admission, got {other:?}"),
+            }
+        }
+    })
+    .await;
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for (i, expiry) in expiries.into_inner().unwrap() {
+        store
+            .check_in(&open, vid(i), expiry, now + k / 64 + 1)
+            .await
+            .expect("check_in");
+    }
+    report(
+        "check_in (renewed: the first after admission together)",
+        server,
+    );
 }
 
 /// CPU time the process `pid` has used, in microseconds: (user, system).

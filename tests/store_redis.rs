@@ -778,3 +778,113 @@ async fn keys_made_by_arrivals_expire() {
     let ttl: i64 = server.cmd(&["PTTL", "wr:{room-a}:sessions"]);
     assert!(ttl > 0, "sessions made again has no expiry ({ttl})");
 }
+
+/// Arrives `n` new visitors (the daemon's `arrive_new`) at once; returns
+/// those admitted.
+async fn admit_together(store: &Arc<RedisStore>, p: &RoomPolicy, n: u64, now: Millis) -> Vec<u64> {
+    let mut joins = Vec::new();
+    for i in 0..n {
+        let (store, p) = (Arc::clone(store), p.clone());
+        joins.push(tokio::spawn(async move {
+            (i, store.arrive_new(&p, vid(i), now).await.unwrap())
+        }));
+    }
+    let mut admitted = Vec::new();
+    for j in joins {
+        let (i, verdict) = j.await.unwrap();
+        if is_admitted(&verdict) {
+            admitted.push(i);
+        }
+    }
+    admitted
+}
+
+/// Newcomers admitted together are one `batches` entry per call, counted
+/// by the count member; `sessions` holds only sessions made one at a time
+/// (here, the renewed one). The key expires like the others.
+#[tokio::test]
+async fn newcomers_admitted_together_are_one_entry_per_call() {
+    let (server, store) = start().await;
+    let store = Arc::new(store);
+    let p = policy(0, 0);
+    let admitted = admit_together(&store, &p, 64, T0).await;
+    assert_eq!(admitted.len(), 64);
+    let members: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:batches", "0", "-1"]);
+    assert_eq!(members[0], "#");
+    assert!(
+        members.len() - 1 < 64,
+        "{} entries for 64 sessions",
+        members.len() - 1
+    );
+    let ids: String = members[1..].concat();
+    assert_eq!(ids.len(), 64 * 32);
+    let count: String = server.cmd(&["ZSCORE", "wr:{room-a}:batches", "#"]);
+    assert_eq!(count, "-64");
+    let sessions: i64 = server.cmd(&["EXISTS", "wr:{room-a}:sessions"]);
+    assert_eq!(sessions, 0);
+    let ttl: i64 = server.cmd(&["PTTL", "wr:{room-a}:batches"]);
+    assert!(ttl > 0, "no expiry ({ttl})");
+
+    // A renewal makes the session one of its own.
+    let later = T0 + 1_000;
+    assert_eq!(
+        store
+            .check_in(&p, vid(5), T0 + SESSION, later)
+            .await
+            .unwrap(),
+        Some(later + SESSION)
+    );
+    let count: String = server.cmd(&["ZSCORE", "wr:{room-a}:batches", "#"]);
+    assert_eq!(count, "-63");
+    let single: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:sessions", "0", "-1"]);
+    assert_eq!(single, [vid(5).to_hex()]);
+    let ttl: i64 = server.cmd(&["PTTL", "wr:{room-a}:sessions"]);
+    assert!(ttl > 0, "no expiry ({ttl})");
+    // ... and leaves a mark in its batch, which ends with the batch.
+    let mark: String = server.cmd(&[
+        "ZSCORE",
+        "wr:{room-a}:batches",
+        &format!("-{}", vid(5).to_hex()),
+    ]);
+    // (Half a millisecond below: a lookup by the batch's expiry skips it.)
+    assert_eq!(mark, format!("{}.5", T0 + SESSION - 1));
+    assert_eq!(store.stats(&p, later).await.unwrap().active, 64);
+    assert_eq!(store.stats(&p, T0 + SESSION).await.unwrap().active, 1);
+    let left: Vec<String> = server.cmd(&["ZRANGE", "wr:{room-a}:batches", "0", "-1", "WITHSCORES"]);
+    assert_eq!(left, ["#", "0"]);
+}
+
+/// I5 for batched sessions: lost with their key (FLUSHALL), each comes back
+/// at its check-in; a count member lost by hand is counted again from the
+/// batches (never read as a session expiry).
+#[tokio::test]
+async fn batched_sessions_lost_come_back_and_their_count_is_recounted() {
+    let (server, store) = start().await;
+    let store = Arc::new(store);
+    let p = policy(10, 0);
+    assert_eq!(admit_together(&store, &p, 10, T0).await.len(), 10);
+    let _: () = server.cmd(&["ZREM", "wr:{room-a}:batches", "#"]);
+    assert_eq!(store.stats(&p, T0).await.unwrap().active, 10);
+    assert!(!is_admitted(
+        &store.arrive_new(&p, vid(100), T0).await.unwrap()
+    ));
+
+    let (server2, store2) = start().await;
+    let store2 = Arc::new(store2);
+    let admitted = admit_together(&store2, &p, 10, T0).await;
+    let _: () = server2.cmd(&["FLUSHALL"]);
+    assert_eq!(store2.stats(&p, T0).await.unwrap().active, 0);
+    for (n, i) in admitted.iter().enumerate() {
+        assert_eq!(
+            store2
+                .check_in(&p, vid(*i), T0 + SESSION, T0 + 1)
+                .await
+                .unwrap(),
+            Some(T0 + 1 + SESSION)
+        );
+        assert_eq!(store2.stats(&p, T0 + 1).await.unwrap().active, n as u64 + 1);
+    }
+    assert!(!is_admitted(
+        &store2.arrive_new(&p, vid(100), T0 + 1).await.unwrap()
+    ));
+}

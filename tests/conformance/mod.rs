@@ -85,6 +85,7 @@ macro_rules! store_conformance {
             noted_sets_count_distinct_members_until_they_lapse,
             a_long_queue_keeps_its_order_past_its_head,
             visitors_who_leave_far_back_are_never_admitted,
+            newcomers_admitted_together_are_sessions_one_by_one,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -1582,4 +1583,125 @@ pub async fn visitors_who_leave_far_back_are_never_admitted(h: &Harness) {
     let s = r.stats(at).await;
     assert_eq!((s.active, s.queued), ((1 + N - quitters.len()) as u64, 0));
     assert_eq!(r.totals().await.abandoned, quitters.len() as u64);
+}
+
+/// Newcomers admitted together (the daemon's `arrive_new`, many at once;
+/// the Redis store keeps their sessions as one entry per call, see
+/// lua/prelude.lua "Session batches") are sessions one by one: each counts,
+/// checks in by its ticket, renews, is released, reset or expires alone,
+/// and nobody is admitted past the capacity (I1).
+pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
+    const N: usize = 40;
+    let mut p = room("together");
+    p.total_active_users = N as u64;
+    let r = bind(h, p.clone());
+    let arrive_new = |v: VisitorId, now: Millis| {
+        let (store, p) = (h.store.clone(), p.clone());
+        async move { store.arrive_new(&p, v, now).await.unwrap() }
+    };
+    // N + 1 at once: N admitted, one queued.
+    let mut joins = Vec::new();
+    for v in visitors(N + 1) {
+        joins.push((v, tokio::spawn(arrive_new(v, T0))));
+    }
+    let (mut ids, mut waiting) = (Vec::new(), Vec::new());
+    for (v, j) in joins {
+        match j.await.unwrap() {
+            Verdict::Admitted { session_expires_ms } => {
+                assert_eq!(session_expires_ms, T0 + SESSION);
+                ids.push(v);
+            }
+            Verdict::Queued(place) => waiting.push((v, place.seq)),
+            other => panic!("admitted or queued, got {other:?}"),
+        }
+    }
+    assert_eq!((ids.len(), waiting.len()), (N, 1));
+    assert_eq!(r.stats(T0).await.active, N as u64);
+
+    // Each checks in by its ticket; a renewed session is still one.
+    let (renewed, released, expiring) = (ids[0], ids[1], ids[2]);
+    assert_eq!(
+        r.check_in_with(renewed, T0 + SESSION, T0 + 1).await,
+        Some(T0 + 1 + SESSION)
+    );
+    assert_eq!(
+        r.check_in_with(renewed, T0 + 1 + SESSION, T0 + 2).await,
+        Some(T0 + 2 + SESSION)
+    );
+    assert_eq!(
+        r.check_in_with(expiring, T0 + SESSION, T0).await,
+        Some(T0 + SESSION),
+        "nothing to renew yet"
+    );
+    assert_eq!(r.stats(T0 + 2).await.active, N as u64);
+
+    // Released: its ticket cannot bring it back, and its room goes to the
+    // one who waits (and to nobody else).
+    assert!(r.release(released, T0 + 3).await);
+    assert!(!r.release(released, T0 + 3).await, "released twice");
+    assert_eq!(r.check_in_with(released, T0 + SESSION, T0 + 4).await, None);
+    let (head, head_seq) = waiting[0];
+    // (Promoted by whichever call came first after the release.)
+    assert!(admitted(r.poll(head, head_seq, T0 + 4).await) >= T0 + 3 + SESSION + GRACE);
+    let late = VisitorId::random();
+    let late_place = queued(arrive_new(late, T0 + 5).await);
+    assert_eq!(r.stats(T0 + 5).await.active, N as u64);
+
+    // Renewed, then released: neither of its tickets brings it back.
+    let gone = ids[3];
+    assert_eq!(
+        r.check_in_with(gone, T0 + SESSION, T0 + 6).await,
+        Some(T0 + 6 + SESSION)
+    );
+    assert!(r.release(gone, T0 + 7).await);
+    for ticket in [T0 + SESSION, T0 + 6 + SESSION] {
+        assert_eq!(r.check_in_with(gone, ticket, T0 + 8).await, None);
+    }
+    assert!(matches!(
+        r.poll(late, late_place.seq, T0 + 8).await,
+        Verdict::Admitted { .. }
+    ));
+    assert_eq!(r.stats(T0 + 8).await.active, N as u64);
+
+    // At T0 + SESSION the others' sessions end together: the renewed one
+    // and the two promoted are left.
+    assert_eq!(
+        r.check_in_with(expiring, T0 + SESSION, T0 + SESSION).await,
+        None
+    );
+    assert_eq!(r.stats(T0 + SESSION).await.active, 3);
+
+    // Renewal off: a check-in confirms the batch's expiry; a reset ends
+    // every session, batched or not.
+    let mut fixed = room("together-fixed");
+    fixed.session_renewal = false;
+    fixed.total_active_users = 0;
+    let r = bind(h, fixed.clone());
+    let mut joins = Vec::new();
+    for v in visitors(8) {
+        let (store, p) = (h.store.clone(), fixed.clone());
+        joins.push((
+            v,
+            tokio::spawn(async move { store.arrive_new(&p, v, T0).await }),
+        ));
+    }
+    let mut ids = Vec::new();
+    for (v, j) in joins {
+        assert_eq!(admitted(j.await.unwrap().unwrap()), T0 + SESSION);
+        ids.push(v);
+    }
+    assert_eq!(
+        r.check_in_with(ids[0], T0 + SESSION, T0 + MINUTE).await,
+        Some(T0 + SESSION)
+    );
+    assert_eq!(r.stats(T0 + MINUTE).await.active, 8);
+    r.reset(T0 + MINUTE).await;
+    assert_eq!(r.stats(T0 + MINUTE).await.active, 0);
+    for v in ids {
+        assert_eq!(
+            r.check_in_with(v, T0 + SESSION, T0 + MINUTE + 1).await,
+            None,
+            "reset ends every session"
+        );
+    }
 }

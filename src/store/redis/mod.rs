@@ -118,14 +118,14 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// The key names of one room, in the order the scripts expect them.
-struct RoomKeys([String; 9]);
+struct RoomKeys([String; 10]);
 
 impl RoomKeys {
     fn new(room: &str) -> Self {
         Self(
             [
                 "sessions", "queue", "polls", "admits", "meta", "ended", "places", "tail",
-                "tail_ids",
+                "tail_ids", "batches",
             ]
             .map(|part| format!("wr:{{{room}}}:{part}")),
         )

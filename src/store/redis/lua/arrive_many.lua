@@ -17,9 +17,9 @@
 -- over one script per visitor.
 housekeep()
 counts()
--- Whether the sessions and the window were empty, so that this run (or
--- the promotion just below) creates their keys.
-local active_before, window_before = active_n, window_n
+-- Whether the sessions, their batches and the window were empty, so that
+-- this run (or the promotion just below) creates their keys.
+local single_before, batched_before, window_before = active_n - batched_n, batched_n, window_n
 promote()
 
 local waiting = queue_n or queue_length()
@@ -55,6 +55,8 @@ local V = 4
 local n = #ARGV - V
 local held_sessions, held_places = {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
+-- Only ids just made are admitted in a batch (see "Session batches").
+local batch = fresh
 if not fresh then
     held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ARGV, V + 1))
     held_places = redis.call('ZMSCORE', K_QUEUE, unpack(ARGV, V + 1))
@@ -83,11 +85,17 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
             held_n = n - admit_n
         end
     end
-    for i = 1, admit_n do
-        new_sessions[2 * i - 1] = expiry_s
-        new_sessions[2 * i] = ARGV[V + i]
+    if batch then
+        if admit_n > 0 then
+            batch_add(expiry_s, table.concat(ARGV, '', V + 1, V + admit_n), admit_n)
+        end
+    else
+        for i = 1, admit_n do
+            new_sessions[2 * i - 1] = expiry_s
+            new_sessions[2 * i] = ARGV[V + i]
+        end
+        sessions_n = 2 * admit_n
     end
-    sessions_n = 2 * admit_n
     admitted_n = admit_n
     active_n = active_n + admit_n
     window_n = window_n + admit_n
@@ -193,8 +201,11 @@ local created = {}
 if sessions_n > 0 then
     zadd_all(K_SESSIONS, new_sessions, sessions_n)
 end
-if active_before == 0 and active_n > 0 then
+if single_before == 0 and active_n - batched_n > 0 then
     created[#created + 1] = K_SESSIONS
+end
+if batched_before == 0 and batched_n > 0 then
+    created[#created + 1] = K_BATCHES
 end
 if window_before == 0 and window_n > 0 then
     created[#created + 1] = K_ADMITS

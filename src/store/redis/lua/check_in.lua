@@ -8,6 +8,12 @@ housekeep()
 promote()
 
 local expiry = session_of(visitor)
+-- A newcomer's session may be in a batch, found by the ticket's expiry.
+local batch_expiry
+if not expiry then
+    batch_expiry = batch_find(visitor, ARGV[5])
+    expiry = batch_expiry and tonumber(batch_expiry)
+end
 if not expiry then
     if marked(K_ENDED, visitor) or ticket_expiry <= now then
         return false
@@ -21,7 +27,14 @@ if renewal then
     -- Renewal extends; it never cuts short a promoted visitor's grace.
     local renewed = now + session_ms
     if renewed > expiry then
-        redis.call('ZADD', K_SESSIONS, 'XX', int(renewed), visitor)
+        if batch_expiry then
+            -- A renewed session is one of its own.
+            batch_leave(visitor, batch_expiry)
+            redis.call('ZADD', K_SESSIONS, int(renewed), visitor)
+            redis.call('PEXPIRE', K_SESSIONS, key_ttl_ms)
+        else
+            redis.call('ZADD', K_SESSIONS, 'XX', int(renewed), visitor)
+        end
         expiry = renewed
     end
 end

@@ -3,7 +3,7 @@
 -- periodic maintenance, records the polls answered since the last run,
 -- promotes, and describes the queue beyond its admission frontier.
 --
--- KEYS 1..9 as in the prelude, 10 = the room's overrides (JSON).
+-- KEYS 1..10 as in the prelude, 11 = the room's overrides (JSON).
 -- ARGV[4] = how far ahead (ms) the answer must hold
 -- ARGV[5] = precision: one sample per 1/ARGV[5] of the distance from the
 --            frontier (so a position read between samples is off by at most
@@ -24,7 +24,7 @@
 local ahead_ms = tonumber(ARGV[4])
 local precision = tonumber(ARGV[5])
 local min_queue = tonumber(ARGV[6])
-local K_OVERRIDES = KEYS[10]
+local K_OVERRIDES = KEYS[11]
 
 housekeep()
 -- Polls first: whoever polled must not be dropped as abandoned below.

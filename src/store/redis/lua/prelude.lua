@@ -6,7 +6,9 @@
 -- once per server, not once per call.
 --
 -- KEYS (one hash tag, so one cluster slot):
---   1 sessions  ZSET visitor -> session expiry (ms)
+--   1 sessions  ZSET visitor -> session expiry (ms): sessions made one at a
+--               time (promotion, passthrough, renewal, ...); newcomers
+--               admitted together are in `batches` instead
 --   2 queue     ZSET visitor -> seq
 --   3 polls     HASH visitor -> time of last poll (ms), for abandonment
 --               (none before a place's first poll: see `gone_of`), and
@@ -26,6 +28,10 @@
 --               "The tail" below)
 --   9 tail_ids  the prefix of the keys "tail_ids:<n>": STRINGs of the
 --               tail's visitor ids, 32 characters each (see "The tail")
+--  10 batches   ZSET of sessions made together: one member per arrive call
+--               that admitted newcomers, their ids joined, scored by their
+--               common expiry (ms); and BATCHED, scored minus how many
+--               sessions the other members hold (see "Session batches")
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 the room's policy, one string of ten fields joined by '|':
@@ -51,6 +57,7 @@
 -- these library-level locals are the call's own while it runs).
 local KEYS, ARGV
 local K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES, K_TAIL, K_TAIL_IDS
+local K_BATCHES
 local now, now_s, cap, capped, rate, session_ms, renewal, method, max_queue
 local abandon_ms, grace_ms, state, key_ttl_ms
 -- Region mode (src/region, store/redis/region.rs): the policy's cap field
@@ -72,8 +79,9 @@ local abandon_ms, grace_ms, state, key_ttl_ms
 local region_mode, region_bound, rated, room_rate
 -- Active sessions and admissions in the window, read once per call and
 -- kept up to date by admit() and promote(); the queue's length as
--- promote() left it (nil if it did not look).
-local active_n, window_n, queue_n
+-- promote() left it (nil if it did not look). `batched_n` is the part of
+-- `active_n` in `batches` (nil until read).
+local active_n, window_n, queue_n, batched_n
 -- The highest seq handed out so far (nil until read; `last_seq_read` is
 -- meta's field as counts() read it, parsed only if a seq is needed), and
 -- the ten seconds in which the room's keys last had their expiry moved
@@ -125,6 +133,7 @@ local function begin(keys, args)
     KEYS, ARGV = keys, args
     K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_ENDED, K_PLACES, K_TAIL, K_TAIL_IDS =
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
+    K_BATCHES = keys[10]
     now_s = args[1]
     now = tonumber(now_s)
     local p = policy_of(args[2])
@@ -141,7 +150,7 @@ local function begin(keys, args)
     grace_ms = p.grace_ms
     state = p.state
     key_ttl_ms = p.key_ttl_ms
-    active_n, window_n, queue_n = nil, nil, nil
+    active_n, window_n, queue_n, batched_n = nil, nil, nil, nil
     last_seq, last_seq_read, ttl_slot, stored_last_seq = nil, nil, nil, nil
     tail_first, tail_last = nil, nil
 
@@ -206,6 +215,9 @@ local PROMOTE_MAX = 1000
 -- Queue places the abandonment sweep looks at per run; a shorter queue is
 -- looked at whole every run.
 local SWEEP_MAX = 2000
+
+-- A visitor id's length (hex).
+local ID_LEN = 32
 
 -- Verdict tags and reject reasons; must match the decoding in redis.rs.
 local ADMITTED, QUEUED, REJECTED, ENDED = 1, 2, 3, 4
@@ -292,10 +304,152 @@ local function admissions(members)
     return n
 end
 
+-- Session batches. Newcomers admitted by one arrive call share their
+-- session's expiry, and their sessions are one member of `batches`: their
+-- ids joined, scored by that expiry. One sorted-set entry per visitor (as
+-- in `sessions`) costs Redis more than the whole rest of the decision; one
+-- per call costs a string copy per visitor.
+--
+-- Nothing looks a batch up by visitor without its session's expiry, which
+-- the visitor's ticket carries (check_in), but for `release`, which reads
+-- every batch (an operator's or the origin's act, not a visitor's).
+-- A session that leaves its batch early (renewed: it is one of its own
+-- then; or released) leaves a mark: LEFT and its id, scored half a
+-- millisecond below its batch. So the two end together (`now` is whole
+-- milliseconds), but a lookup by the ticket's expiry reads only batches.
+-- A member is never written again.
+--
+-- The member BATCHED, scored minus how many sessions the others hold
+-- (below every expiry, so first), is the count: it lives and dies with
+-- them, in the one key. Only the daemon's new visitors (`arrive` with
+-- flag 'n') are batched: their ids were just made, so no later `arrive`
+-- can bring them back (that looks them up in `sessions` only).
+local BATCHED = '#'
+local LEFT = '-'
+
+-- Sessions in `batches`, as its count member says (0 without one).
+local function batched()
+    if not batched_n then
+        batched_n = -tonumber(redis.call('ZSCORE', K_BATCHES, BATCHED) or '0')
+    end
+    return batched_n
+end
+
+-- Sessions the members in `members` hold: a batch its ids, a mark minus one.
+local function sessions_in(members)
+    local n = 0
+    for _, m in ipairs(members) do
+        if string.sub(m, 1, 1) == LEFT then
+            n = n - 1
+        elseif m ~= BATCHED then
+            n = n + #m / ID_LEN
+        end
+    end
+    return n
+end
+
+-- Adds `k` sessions (`ids`, joined) ending at `expiry_s` as one batch.
+-- (The count is written whole, in the same command: this call knows it.)
+local function batch_add(expiry_s, ids, k)
+    batched_n = batched() + k
+    redis.call('ZADD', K_BATCHES, expiry_s, ids, '-' .. int(batched_n), BATCHED)
+end
+
+-- The expiry (a string) of `visitor`'s session if a batch holds it, else
+-- nil. `expiry` (a string) is the session's as its ticket says; without
+-- it, every batch is read.
+local function batch_find(visitor, expiry)
+    local left = LEFT .. visitor
+    local found
+    if expiry then
+        found = redis.call('ZRANGEBYSCORE', K_BATCHES, expiry, expiry, 'WITHSCORES')
+    else
+        found = redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', '+inf', 'WITHSCORES')
+        for i = 1, #found, 2 do
+            if found[i] == left then
+                return nil
+            end
+        end
+    end
+    for i = 1, #found, 2 do
+        local m = found[i]
+        if string.sub(m, 1, 1) ~= LEFT then
+            local at = string.find(m, visitor, 1, true)
+            -- (Only a match at an id's start is the visitor: another place
+            -- would be two ids' halves.)
+            while at and at % ID_LEN ~= 1 do
+                at = string.find(m, visitor, at + 1, true)
+            end
+            if at then
+                if expiry and redis.call('ZSCORE', K_BATCHES, left) then
+                    return nil
+                end
+                return found[i + 1]
+            end
+        end
+    end
+    return nil
+end
+
+-- `visitor`'s session leaves its batch (whose expiry is `expiry`).
+local function batch_leave(visitor, expiry)
+    batched_n = batched() - 1
+    redis.call('ZADD', K_BATCHES, int(tonumber(expiry) - 1) .. '.5', LEFT .. visitor,
+        int(-batched_n), BATCHED)
+    if active_n then
+        active_n = active_n - 1
+    end
+end
+
+-- Every batched session as (expiry, visitor) pairs, for `reset`.
+local function batched_sessions()
+    local all = redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', '+inf', 'WITHSCORES')
+    local left = {}
+    for i = 1, #all, 2 do
+        if string.sub(all[i], 1, 1) == LEFT then
+            left[string.sub(all[i], 2)] = true
+        end
+    end
+    local out = {}
+    for i = 1, #all, 2 do
+        local m, expiry = all[i], all[i + 1]
+        if string.sub(m, 1, 1) ~= LEFT then
+            for at = 1, #m, ID_LEN do
+                local id = string.sub(m, at, at + ID_LEN - 1)
+                if not left[id] then
+                    out[#out + 1] = expiry
+                    out[#out + 1] = id
+                end
+            end
+        end
+    end
+    return out
+end
+
 -- What every decision depends on: expired sessions and admissions outside
 -- the window are gone.
 local function housekeep()
     redis.call('ZREMRANGEBYSCORE', K_SESSIONS, '-inf', now_s)
+    -- The count member first, then the batch (or mark) that ends first.
+    local front = redis.call('ZRANGE', K_BATCHES, 0, 1, 'WITHSCORES')
+    if #front > 0 then
+        if front[1] ~= BATCHED then
+            -- The count member was lost alone (by hand: every write here
+            -- keeps it): counted again.
+            local n = sessions_in(redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', '+inf'))
+            redis.call('ZADD', K_BATCHES, int(-n), BATCHED)
+            front = redis.call('ZRANGE', K_BATCHES, 0, 1, 'WITHSCORES')
+        end
+        batched_n = -tonumber(front[2])
+        if front[4] and tonumber(front[4]) <= now then
+            local n = sessions_in(redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', now_s))
+            redis.call('ZREMRANGEBYSCORE', K_BATCHES, '(0', now_s)
+            redis.call('ZINCRBY', K_BATCHES, int(n), BATCHED)
+            batched_n = batched_n - n
+        end
+    else
+        batched_n = 0
+    end
     local cutoff = int(now - RATE_WINDOW_MS)
     local old = redis.call('ZRANGEBYSCORE', K_ADMITS, '-inf', cutoff)
     if #old > 0 then
@@ -409,7 +563,6 @@ end
 -- So offsets grow with seqs, and a member's ids are never behind an
 -- earlier member's.
 local HEAD_WINDOW = 2000
-local ID_LEN = 32
 local CHUNK = 65536
 -- (Numbers given to redis.call are formatted as floats, which costs as much
 -- as a small command: the hot paths pass strings.)
@@ -814,6 +967,7 @@ local function expire_all()
     for i = 1, 8 do
         redis.call('PEXPIRE', KEYS[i], key_ttl_ms)
     end
+    redis.call('PEXPIRE', K_BATCHES, key_ttl_ms)
     each_tail_chunk(function(key)
         redis.call('PEXPIRE', key, key_ttl_ms)
     end)
@@ -868,7 +1022,7 @@ end
 
 local function counts()
     if not active_n then
-        active_n = redis.call('ZCARD', K_SESSIONS)
+        active_n = redis.call('ZCARD', K_SESSIONS) + batched()
         local m = redis.call('HMGET', K_META, 'window', 'last_seq', 'ttl_slot')
         window_n = tonumber(m[1] or '0')
         last_seq_read = m[2] or '0'

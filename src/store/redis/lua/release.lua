@@ -5,13 +5,18 @@ local visitor = ARGV[4]
 
 housekeep()
 promote()
+
+-- Remembered until it would have expired, so its ticket cannot bring it
+-- back, and as long as the queue ticket that led to it could still poll
+-- (see poll).
+local function end_session(expiry)
+    redis.call('ZADD', K_ENDED, int(math.max(expiry, now + abandon_ms)), visitor)
+end
+
 local expiry = session_of(visitor)
 local removed = 0
 if expiry then
-    -- Remembered until it would have expired, so its ticket cannot bring it
-    -- back, and as long as the queue ticket that led to it could still poll
-    -- (see poll).
-    redis.call('ZADD', K_ENDED, int(math.max(expiry, now + abandon_ms)), visitor)
+    end_session(expiry)
     removed = redis.call('ZREM', K_SESSIONS, visitor)
 else
     removed = redis.call('ZREM', K_QUEUE, visitor)
@@ -19,15 +24,24 @@ else
     if removed == 1 then
         -- Remembered as long as its ticket could still poll.
         redis.call('ZADD', K_PLACES, int(now + abandon_ms), visitor)
-    elseif tail_ends() then
-        -- It may wait in the tail (see the prelude), which is not looked up
-        -- by visitor: the mark ends the place there, and its member's move
-        -- to `queue` leaves it out. Answered as released, since it may
-        -- have been.
-        -- (A room that never abandons keeps the mark as long as its keys.)
-        local mark = abandon_ms > 0 and abandon_ms + TAIL_MARK_MS or key_ttl_ms
-        redis.call('ZADD', K_PLACES, int(now + mark), visitor)
-        removed = 1
+    else
+        -- A newcomer's session in a batch (every batch is read: without
+        -- the ticket nothing says which).
+        local batch_expiry = batch_find(visitor, nil)
+        if batch_expiry then
+            end_session(tonumber(batch_expiry))
+            batch_leave(visitor, batch_expiry)
+            removed = 1
+        elseif tail_ends() then
+            -- It may wait in the tail (see the prelude), which is not looked
+            -- up by visitor: the mark ends the place there, and its member's
+            -- move to `queue` leaves it out. Answered as released, since it
+            -- may have been.
+            -- (A room that never abandons keeps the mark as long as its keys.)
+            local mark = abandon_ms > 0 and abandon_ms + TAIL_MARK_MS or key_ttl_ms
+            redis.call('ZADD', K_PLACES, int(now + mark), visitor)
+            removed = 1
+        end
     end
 end
 return removed

@@ -4,6 +4,11 @@
 -- `ended` with their expiry), so their tickets cannot re-create them at
 -- check-in; everything else goes, but for `meta`, which keeps the floor.
 redis.call('ZUNIONSTORE', K_ENDED, 2, K_ENDED, K_SESSIONS, 'AGGREGATE', 'MAX')
+-- (Batched sessions end the same way; no mark of theirs is there before.)
+local batched = batched_sessions()
+for first = 1, #batched, 1000 do
+    redis.call('ZADD', K_ENDED, 'GT', unpack(batched, first, math.min(first + 999, #batched)))
+end
 local last = redis.call('ZRANGE', K_ENDED, -1, -1, 'WITHSCORES')
 if #last == 2 then
     -- The record is useless once the last ended session would have expired.
@@ -24,9 +29,9 @@ end)
 local grant = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_arrivals',
     'r_raised', 'r_lowered', 'window', 'admitted')
 if grant[4] then
-    redis.call('DEL', K_SESSIONS, K_QUEUE, K_POLLS, K_META, K_PLACES, K_TAIL)
+    redis.call('DEL', K_SESSIONS, K_BATCHES, K_QUEUE, K_POLLS, K_META, K_PLACES, K_TAIL)
 else
-    redis.call('DEL', K_SESSIONS, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_PLACES, K_TAIL)
+    redis.call('DEL', K_SESSIONS, K_BATCHES, K_QUEUE, K_POLLS, K_ADMITS, K_META, K_PLACES, K_TAIL)
 end
 local f = int(floor)
 redis.call('HSET', K_META, 'last_seq', f, 'reset_floor', f)

@@ -11,7 +11,7 @@ if #oldest == 2 then
 end
 counts()
 return {
-    redis.call('ZCARD', K_SESSIONS),
+    active_n,
     queue_length(),
     window_n,
     oldest_ms,
