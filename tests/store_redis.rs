@@ -888,3 +888,31 @@ async fn batched_sessions_lost_come_back_and_their_count_is_recounted() {
         &store2.arrive_new(&p, vid(100), T0 + 1).await.unwrap()
     ));
 }
+
+/// The origin's revoke ends a batched session by its ticket's expiry: only
+/// the batches ending then are read, so an expiry no ticket of this
+/// visitor carries finds nothing, while `release` (no ticket) reads them
+/// all.
+#[tokio::test]
+async fn a_revoke_reads_only_the_batch_its_ticket_names() {
+    let (server, store) = start().await;
+    let store = Arc::new(store);
+    let p = policy(0, 0);
+    assert_eq!(admit_together(&store, &p, 16, T0).await.len(), 16);
+    let wrong = T0 + 1 + SESSION;
+    assert!(!store.end_session(&p, vid(3), wrong, T0 + 1).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 16);
+    assert!(store
+        .end_session(&p, vid(3), T0 + SESSION, T0 + 1)
+        .await
+        .unwrap());
+    let mark: String = server.cmd(&[
+        "ZSCORE",
+        "wr:{room-a}:batches",
+        &format!("-{}", vid(3).to_hex()),
+    ]);
+    assert_eq!(mark, format!("{}.5", T0 + SESSION - 1));
+    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 15);
+    assert!(store.release(&p, vid(4), T0 + 2).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 14);
+}

@@ -154,13 +154,20 @@ enum Proof {
     Wanted(proof::Challenge),
 }
 
+/// An admitted visitor's request, on its way to the origin.
+struct Admitted {
+    visitor: VisitorId,
+    /// Its session's expiry, as its ticket says (the store finds the
+    /// session by it, should the origin revoke it).
+    session_expires_ms: Millis,
+    /// Re-issue the cookie with this ticket.
+    ticket: Option<Ticket>,
+}
+
 /// The outcome of the ticket phase.
 enum Decision {
-    /// Forward as this visitor, re-issuing the cookie when `ticket` is set.
-    Forward {
-        visitor: VisitorId,
-        ticket: Option<Ticket>,
-    },
+    /// Forward as this admitted visitor.
+    Forward(Admitted),
     /// Show the queue (or its JSON) with this cookie.
     Queued {
         place: QueuePlace,
@@ -390,9 +397,8 @@ impl Gate {
 
         // Phase 5: respond.
         match decision {
-            Decision::Forward { visitor, ticket } => {
-                self.forward(req, &ctx, Some(&room), Some((visitor, ticket)))
-                    .await
+            Decision::Forward(admitted) => {
+                self.forward(req, &ctx, Some(&room), Some(admitted)).await
             }
             Decision::Queued { place, ticket } => {
                 let cookie = self.tickets.set_cookie(&room, &ticket, ctx.now);
@@ -458,28 +464,31 @@ impl Gate {
                         .await;
                 }
                 if now < check_in_due_ms {
-                    return Ok(Decision::Forward {
+                    return Ok(Decision::Forward(Admitted {
                         visitor,
+                        session_expires_ms,
                         ticket: None,
-                    });
+                    }));
                 }
                 match self
                     .store
                     .check_in(room, visitor, session_expires_ms, now)
                     .await
                 {
-                    Ok(Some(expires)) => Ok(Decision::Forward {
+                    Ok(Some(expires)) => Ok(Decision::Forward(Admitted {
                         visitor,
+                        session_expires_ms: expires,
                         ticket: Some(self.tickets.admitted(room, visitor, expires, now, ctx.net)),
-                    }),
+                    })),
                     // Revoked, released or expired in the store: a new visitor.
                     Ok(None) => self.new_visitor(room, req, ctx).await,
                     // The ticket is valid; an unreachable store is no reason
                     // to stop an admitted visitor. The next request checks in again.
-                    Err(_) => Ok(Decision::Forward {
+                    Err(_) => Ok(Decision::Forward(Admitted {
                         visitor,
+                        session_expires_ms,
                         ticket: None,
-                    }),
+                    })),
                 }
             }
             Some(Ticket {
@@ -529,17 +538,18 @@ impl Gate {
                     "an admitted ticket was used from too many networks; its session is ended"
                 );
                 let policy = room.policy_at(ctx.now);
-                if let Err(e) = self
-                    .store
-                    .call(self.store.shared.release(&policy, visitor, ctx.now))
-                    .await
-                {
+                let ended =
+                    self.store
+                        .shared
+                        .end_session(&policy, visitor, session_expires_ms, ctx.now);
+                if let Err(e) = self.store.call(ended).await {
                     tracing::warn!(room = %room.config.id, error = %e, "shared session not ended");
                 }
                 self.new_visitor(room, req, ctx).await
             }
-            Ok(_) => Ok(Decision::Forward {
+            Ok(_) => Ok(Decision::Forward(Admitted {
                 visitor,
+                session_expires_ms,
                 ticket: Some(self.tickets.admitted(
                     room,
                     visitor,
@@ -547,12 +557,13 @@ impl Gate {
                     ctx.now,
                     ctx.net,
                 )),
-            }),
+            })),
             // Unknown for now: the ticket stands, and the next request asks again.
-            Err(_) => Ok(Decision::Forward {
+            Err(_) => Ok(Decision::Forward(Admitted {
                 visitor,
+                session_expires_ms,
                 ticket: None,
-            }),
+            })),
         }
     }
 
@@ -679,8 +690,9 @@ impl Gate {
     ) -> Decision {
         let now = ctx.now;
         match verdict {
-            Verdict::Admitted { session_expires_ms } => Decision::Forward {
+            Verdict::Admitted { session_expires_ms } => Decision::Forward(Admitted {
                 visitor,
+                session_expires_ms,
                 ticket: Some(self.tickets.admitted(
                     room,
                     visitor,
@@ -688,7 +700,7 @@ impl Gate {
                     now,
                     ctx.net,
                 )),
-            },
+            }),
             Verdict::Queued(place) => Decision::Queued {
                 place,
                 ticket: self.tickets.queued(room, visitor, place, now, ctx.net),
@@ -722,13 +734,13 @@ impl Gate {
         req: Request<Incoming>,
         ctx: &Ctx<'_>,
         room: Option<&Room>,
-        admitted: Option<(VisitorId, Option<Ticket>)>,
+        admitted: Option<Admitted>,
     ) -> Response<Body> {
         let out = Outbound {
             peer_text: &ctx.conn.peer_text,
             peer_trusted: ctx.peer_trusted,
             canonical: &ctx.canonical,
-            visitor: admitted.as_ref().map(|(v, _)| *v),
+            visitor: admitted.as_ref().map(|a| a.visitor),
             room: room.map(|r| r.config.id.as_str()),
             now_ms: ctx.now,
             worker: ctx.conn.worker,
@@ -755,19 +767,21 @@ impl Gate {
         if command.is_some_and(|c| c.eq_ignore_ascii_case(b"close")) {
             self.sold_out(room).await;
         }
-        let Some((visitor, ticket)) = admitted else {
+        let Some(Admitted {
+            visitor,
+            session_expires_ms,
+            ticket,
+        }) = admitted
+        else {
             return resp;
         };
         if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
-            match self
-                .store
-                .call(
-                    self.store
-                        .shared
-                        .release(&room.policy_at(ctx.now), visitor, ctx.now),
-                )
-                .await
-            {
+            let policy = room.policy_at(ctx.now);
+            let ended =
+                self.store
+                    .shared
+                    .end_session(&policy, visitor, session_expires_ms, ctx.now);
+            match self.store.call(ended).await {
                 Ok(_) => {
                     room.metrics.revoked.inc();
                 }
@@ -900,7 +914,7 @@ impl Gate {
                 grant: Grant::Queued { seq },
                 ..
             }) => match self.poll(&room, visitor, seq, ctx).await {
-                Ok(Decision::Forward { ticket, .. }) => (
+                Ok(Decision::Forward(Admitted { ticket, .. })) => (
                     self.status(&room, ctx.now, VisitorState::Admitted, None),
                     ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
                 ),

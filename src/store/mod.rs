@@ -443,6 +443,22 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<bool, StoreError>;
 
+    /// `release` of an admitted visitor whose ticket the caller holds:
+    /// `ticket_expires_ms` is the session expiry that ticket carries (as
+    /// for `check_in`), by which a store may find the session without
+    /// reading every session. The origin's `revoke` and a ticket used from
+    /// too many networks come this way.
+    async fn end_session(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        let _ = ticket_expires_ms;
+        self.release(room, visitor, now_ms).await
+    }
+
     /// Live figures (after the same housekeeping every operation does).
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError>;
 

@@ -180,6 +180,14 @@ impl Room<'_> {
     async fn release(&self, v: VisitorId, now: Millis) -> bool {
         self.h.store.release(&self.p, v, now).await.unwrap()
     }
+    /// A release by a visitor's ticket (the origin's revoke).
+    async fn end_session(&self, v: VisitorId, ticket_expires: Millis, now: Millis) -> bool {
+        self.h
+            .store
+            .end_session(&self.p, v, ticket_expires, now)
+            .await
+            .unwrap()
+    }
     async fn stats(&self, now: Millis) -> RoomStats {
         self.h.store.stats(&self.p, now).await.unwrap()
     }
@@ -1662,6 +1670,29 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
         Verdict::Admitted { .. }
     ));
     assert_eq!(r.stats(T0 + 8).await.active, N as u64);
+
+    // Ended by a ticket (the origin's revoke): one still in its batch, and
+    // one renewed since, whose request carried the ticket from before its
+    // renewal. No ticket of theirs brings them back.
+    let (revoked, renewed_revoked) = (ids[4], ids[5]);
+    assert_eq!(
+        r.check_in_with(renewed_revoked, T0 + SESSION, T0 + 9).await,
+        Some(T0 + 9 + SESSION)
+    );
+    assert!(r.end_session(revoked, T0 + SESSION, T0 + 10).await);
+    assert!(r.end_session(renewed_revoked, T0 + SESSION, T0 + 10).await);
+    assert!(
+        !r.end_session(revoked, T0 + SESSION, T0 + 10).await,
+        "ended twice"
+    );
+    for (v, ticket) in [
+        (revoked, T0 + SESSION),
+        (renewed_revoked, T0 + SESSION),
+        (renewed_revoked, T0 + 9 + SESSION),
+    ] {
+        assert_eq!(r.check_in_with(v, ticket, T0 + 11).await, None);
+    }
+    assert_eq!(r.stats(T0 + 11).await.active, N as u64 - 2);
 
     // At T0 + SESSION the others' sessions end together: the renewed one
     // and the two promoted are left.

@@ -427,6 +427,33 @@ impl Inner {
         }
     }
 
+    /// `release`; with the session expiry of the visitor's ticket, a
+    /// session in `batches` is looked up by it, as at check-in, instead of
+    /// by reading every batch.
+    async fn release(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Option<Millis>,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let mut inv = self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
+        inv.arg(visitor.to_hex());
+        if let Some(expires) = ticket_expires_ms {
+            inv.arg(expires);
+        }
+        match self.run_room(&inv).await? {
+            Value::Int(0) => Ok(false),
+            Value::Int(1) => {
+                // Its ticket must now get "ended", which only the script says.
+                self.frontiers.forget(&room.room);
+                Ok(true)
+            }
+            v => Err(protocol("release", &v)),
+        }
+    }
+
     /// One `arrive_many` call: a verdict per visitor, `None` for one held
     /// back (only with `flags.hold`).
     async fn decide_arrivals(
@@ -888,19 +915,20 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
+        self.inner.release(room, visitor, None, now_ms).await
+    }
+
+    async fn end_session(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
         let inner = &self.inner;
-        let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::Release, &keys.0, room, now_ms, inner.deadline_us());
-        inv.arg(visitor.to_hex());
-        match inner.run_room(&inv).await? {
-            Value::Int(0) => Ok(false),
-            Value::Int(1) => {
-                // Its ticket must now get "ended", which only the script says.
-                inner.frontiers.forget(&room.room);
-                Ok(true)
-            }
-            v => Err(protocol("release", &v)),
-        }
+        inner
+            .release(room, visitor, Some(ticket_expires_ms), now_ms)
+            .await
     }
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {

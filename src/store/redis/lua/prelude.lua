@@ -311,8 +311,9 @@ end
 -- per call costs a string copy per visitor.
 --
 -- Nothing looks a batch up by visitor without its session's expiry, which
--- the visitor's ticket carries (check_in), but for `release`, which reads
--- every batch (an operator's or the origin's act, not a visitor's).
+-- the visitor's ticket carries (check_in, and release from the origin's
+-- revoke), but `release` without a ticket, which reads every batch (the
+-- admin API's, an operator's act).
 -- A session that leaves its batch early (renewed: it is one of its own
 -- then; or released) leaves a mark: LEFT and its id, scored half a
 -- millisecond below its batch. So the two end together (`now` is whole

@@ -1,7 +1,9 @@
--- release: ends a visitor's session or queue place. ARGV[4] = visitor.
+-- release: ends a visitor's session or queue place. ARGV[4] = visitor,
+-- ARGV[5] (optional) = the session expiry its ticket carries (end_session).
 -- Returns 1 if there was one, else 0. The room it frees goes to the queue
 -- in the next operation's promotion, as with every other change.
 local visitor = ARGV[4]
+local ticket_expiry = ARGV[5]
 
 housekeep()
 promote()
@@ -25,9 +27,9 @@ else
         -- Remembered as long as its ticket could still poll.
         redis.call('ZADD', K_PLACES, int(now + abandon_ms), visitor)
     else
-        -- A newcomer's session in a batch (every batch is read: without
-        -- the ticket nothing says which).
-        local batch_expiry = batch_find(visitor, nil)
+        -- A newcomer's session in a batch: the one its ticket's expiry
+        -- names, or, without the ticket, every batch is read.
+        local batch_expiry = batch_find(visitor, ticket_expiry)
         if batch_expiry then
             end_session(tonumber(batch_expiry))
             batch_leave(visitor, batch_expiry)
