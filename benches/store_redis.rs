@@ -178,18 +178,30 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
         let _: () = server.cmd(&["FLUSHALL"]);
         let before = used_memory(server);
         let active = room("mem-active", 0);
+        // 64 arrivals a millisecond (a rush of 64,000 a second), so that
+        // sessions end in different milliseconds, as they do.
+        let revoked = vid(n / 2 + 1);
+        let revoked_expiry = AtomicU64::new(0);
         fill(n, |i| {
-            let p = &active;
+            let (p, revoked_expiry) = (&active, &revoked_expiry);
             async move {
+                let at = now + i / 64;
                 let v = if fresh {
-                    store.arrive_new(p, vid(i), now).await
+                    store.arrive_new(p, vid(i), at).await
                 } else {
-                    store.arrive(p, vid(i), now).await
+                    store.arrive(p, vid(i), at).await
                 };
-                assert!(matches!(v.expect("arrive"), Verdict::Admitted { .. }));
+                match v.expect("arrive") {
+                    Verdict::Admitted { session_expires_ms } if vid(i) == revoked => {
+                        revoked_expiry.store(session_expires_ms, Ordering::Relaxed)
+                    }
+                    Verdict::Admitted { .. } => {}
+                    other => panic!("not admitted: {other:?}"),
+                }
             }
         })
         .await;
+        let now = now + n / 64;
         let after = used_memory(server);
         let sessions = key_bytes(server, "wr:{mem-active}:sessions")
             + key_bytes(server, "wr:{mem-active}:batches");
@@ -200,6 +212,20 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
             (after - before) as f64 / n as f64,
             sessions as f64 / n as f64,
             admits as f64 / n as f64
+        );
+        // A release without a ticket (the admin API's) reads every batch;
+        // the origin's revoke looks its session up by its ticket's expiry.
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+        let released = store.release(&active, vid(n / 2), now).await;
+        let (_, (_, usec)) = commandstats(server);
+        assert!(released.expect("release"));
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+        let expires = revoked_expiry.load(Ordering::Relaxed);
+        let ended = store.end_session(&active, revoked, expires, now).await;
+        let (_, (_, revoke_usec)) = commandstats(server);
+        assert!(ended.expect("end_session"));
+        println!(
+            "  among them, server time: a release (no ticket) {usec} us, a revoke (by its ticket) {revoke_usec} us"
         );
     }
 }
