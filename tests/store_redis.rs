@@ -890,18 +890,27 @@ async fn batched_sessions_lost_come_back_and_their_count_is_recounted() {
 }
 
 /// The origin's revoke ends a batched session by its ticket's expiry: only
-/// the batches ending then are read, so an expiry no ticket of this
-/// visitor carries finds nothing, while `release` (no ticket) reads them
-/// all.
+/// the batches ending then are read, while `release` (no ticket) reads them
+/// all. A ticket that names no batch of the visitor's (renewed by a store
+/// that stood in) finds nothing there, but ends the visitor all the same:
+/// neither ticket checks in again (its batch counts it until it ends).
 #[tokio::test]
 async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     let (server, store) = start().await;
     let store = Arc::new(store);
     let p = policy(0, 0);
     assert_eq!(admit_together(&store, &p, 16, T0).await.len(), 16);
-    let wrong = T0 + 1 + SESSION;
-    assert!(!store.end_session(&p, vid(3), wrong, T0 + 1).await.unwrap());
+    let elsewhere = T0 + 1 + SESSION;
+    assert!(!store
+        .end_session(&p, vid(2), elsewhere, T0 + 1)
+        .await
+        .unwrap());
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 16);
+    for ticket in [T0 + SESSION, elsewhere] {
+        let checked = store.check_in(&p, vid(2), ticket, T0 + 2).await.unwrap();
+        assert_eq!(checked, None, "ticket {ticket}");
+    }
+    assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 16);
     assert!(store
         .end_session(&p, vid(3), T0 + SESSION, T0 + 1)
         .await
@@ -915,4 +924,11 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 15);
     assert!(store.release(&p, vid(4), T0 + 2).await.unwrap());
     assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 14);
+    // An arrival whose caller gave up: only batches from its arrival on.
+    assert!(!store
+        .release_arrival(&p, vid(5), T0 + 1, T0 + 3)
+        .await
+        .unwrap());
+    assert!(store.release_arrival(&p, vid(5), T0, T0 + 3).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 3).await.unwrap().active, 13);
 }

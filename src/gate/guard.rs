@@ -53,7 +53,9 @@ pub struct StoreGuard {
     /// While the store is down: when (clock ms) to let one probe through.
     retry_at_ms: AtomicU64,
     /// New visitors whose `arrive` was sent but not answered in time.
-    orphans: Mutex<Vec<(Arc<RoomPolicy>, VisitorId)>>,
+    /// (The policy and time of the arrival, by which a store can tell
+    /// where the session it may have made lies.)
+    orphans: Mutex<Vec<(Arc<RoomPolicy>, VisitorId, Millis)>>,
 }
 
 impl StoreGuard {
@@ -94,7 +96,7 @@ impl StoreGuard {
             Ok(verdict) => Ok((visitor, verdict)),
             Err(e) => {
                 if !matches!(e, StoreError::Down) {
-                    self.orphan(policy, visitor);
+                    self.orphan(policy, visitor, now);
                 }
                 match self.local_policy(room) {
                     Some((local, policy)) => {
@@ -189,9 +191,10 @@ impl StoreGuard {
             orphans.drain(..n).collect()
         };
         let mut released = 0u64;
-        for (i, (policy, visitor)) in batch.iter().enumerate() {
+        for (i, (policy, visitor, arrived)) in batch.iter().enumerate() {
             let now = self.clock.now_ms();
-            match self.call(self.shared.release(policy, *visitor, now)).await {
+            let release = self.shared.release_arrival(policy, *visitor, *arrived, now);
+            match self.call(release).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(_) => {
@@ -218,12 +221,12 @@ impl StoreGuard {
             .len()
     }
 
-    fn orphan(&self, policy: Arc<RoomPolicy>, visitor: VisitorId) {
+    fn orphan(&self, policy: Arc<RoomPolicy>, visitor: VisitorId, arrived: Millis) {
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
         if orphans.len() >= MAX_ORPHANS {
             orphans.remove(0);
         }
-        orphans.push((policy, visitor));
+        orphans.push((policy, visitor, arrived));
     }
 
     /// A decision on the shared store, with its latency recorded.
@@ -342,6 +345,15 @@ mod tests {
             now: Millis,
         ) -> Result<bool, StoreError> {
             self.0.release(r, v, now).await
+        }
+        async fn end_session(
+            &self,
+            r: &RoomPolicy,
+            v: VisitorId,
+            t: Millis,
+            now: Millis,
+        ) -> Result<bool, StoreError> {
+            self.0.end_session(r, v, t, now).await
         }
         async fn stats(&self, r: &RoomPolicy, now: Millis) -> Result<RoomStats, StoreError> {
             self.0.stats(r, now).await

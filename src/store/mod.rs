@@ -446,16 +446,31 @@ pub trait Store: Send + Sync + 'static {
     /// `release` of an admitted visitor whose ticket the caller holds:
     /// `ticket_expires_ms` is the session expiry that ticket carries (as
     /// for `check_in`), by which a store may find the session without
-    /// reading every session. The origin's `revoke` and a ticket used from
-    /// too many networks come this way.
+    /// reading every session. A session the store does not hold (lost, or
+    /// renewed by a store that stood in) is recorded as ended all the
+    /// same, while the ticket lives, so no ticket of it brings it back.
+    /// The origin's `revoke` and a ticket used from too many networks come
+    /// this way.
     async fn end_session(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
         ticket_expires_ms: Millis,
         now_ms: Millis,
+    ) -> Result<bool, StoreError>;
+
+    /// `release` of a visitor whose `arrive` at `arrived_ms` may have
+    /// landed after its caller gave up: a session it got ends no earlier
+    /// than `arrived_ms` plus the room's session duration, which a store
+    /// may use to look less far.
+    async fn release_arrival(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        arrived_ms: Millis,
+        now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        let _ = ticket_expires_ms;
+        let _ = arrived_ms;
         self.release(room, visitor, now_ms).await
     }
 

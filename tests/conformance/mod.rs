@@ -835,6 +835,12 @@ pub async fn lost_sessions_come_back_at_check_in_but_ended_ones_do_not(h: &Harne
     assert!(r.release(released, T0 + 1).await);
     assert_eq!(r.check_in_with(released, T0 + SESSION, T0 + 2).await, None);
 
+    // The origin revokes a live ticket whose session the store does not
+    // hold (lost): ended all the same, its ticket cannot re-create it.
+    let revoked = VisitorId::random();
+    assert!(!r.end_session(revoked, T0 + SESSION, T0 + 1).await);
+    assert_eq!(r.check_in_with(revoked, T0 + SESSION, T0 + 2).await, None);
+
     let reset = VisitorId::random();
     admitted(r.arrive(reset, T0).await);
     h.store.reset(&p, T0 + 1).await.unwrap();

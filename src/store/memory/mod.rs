@@ -194,6 +194,18 @@ impl Store for MemoryStore {
         Ok(self.with_room(room, |r| r.release(room, visitor, now_ms)))
     }
 
+    async fn end_session(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_room(room, |r| {
+            r.end_session(room, visitor, ticket_expires_ms, now_ms)
+        }))
+    }
+
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         Ok(self.with_room(room, |r| r.stats(room, now_ms)))
     }
@@ -514,6 +526,25 @@ impl Room {
             }
             None => false,
         }
+    }
+
+    fn end_session(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> bool {
+        if self.release(p, visitor, now) {
+            return true;
+        }
+        // Not here (lost, or renewed by a store that stood in): ended all
+        // the same while its ticket lives.
+        if ticket_expires > now {
+            self.ended
+                .set(visitor, ticket_expires.max(now + p.abandon_after_ms));
+        }
+        false
     }
 
     fn stats(&mut self, p: &RoomPolicy, now: Millis) -> RoomStats {

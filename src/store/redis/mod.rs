@@ -239,6 +239,15 @@ impl RedisStore {
     }
 }
 
+/// What a release knows of the session's expiry (`lua/release.lua`).
+enum Expiry {
+    Unknown,
+    /// Its ticket's: the session, if still there, ends then.
+    Ticket(Millis),
+    /// No earlier than this (an arrival's session).
+    From(Millis),
+}
+
 impl Inner {
     async fn sync_clock(&self) -> Result<(), StoreError> {
         let sent = unix_us();
@@ -427,21 +436,26 @@ impl Inner {
         }
     }
 
-    /// `release`; with the session expiry of the visitor's ticket, a
-    /// session in `batches` is looked up by it, as at check-in, instead of
-    /// by reading every batch.
+    /// `release`: a session in `batches` is looked up among the batches
+    /// ending within what the caller knows of its expiry.
     async fn release(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
-        ticket_expires_ms: Option<Millis>,
+        expiry: Expiry,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
         let keys = RoomKeys::new(&room.room);
         let mut inv = self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
         inv.arg(visitor.to_hex());
-        if let Some(expires) = ticket_expires_ms {
-            inv.arg(expires);
+        match expiry {
+            Expiry::Unknown => {}
+            Expiry::Ticket(at) => {
+                inv.arg(at).arg(at);
+            }
+            Expiry::From(at) => {
+                inv.arg(at);
+            }
         }
         match self.run_room(&inv).await? {
             Value::Int(0) => Ok(false),
@@ -915,7 +929,9 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        self.inner.release(room, visitor, None, now_ms).await
+        self.inner
+            .release(room, visitor, Expiry::Unknown, now_ms)
+            .await
     }
 
     async fn end_session(
@@ -925,10 +941,19 @@ impl Store for RedisStore {
         ticket_expires_ms: Millis,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        let inner = &self.inner;
-        inner
-            .release(room, visitor, Some(ticket_expires_ms), now_ms)
-            .await
+        let bounds = Expiry::Ticket(ticket_expires_ms);
+        self.inner.release(room, visitor, bounds, now_ms).await
+    }
+
+    async fn release_arrival(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        arrived_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        let bounds = Expiry::From(arrived_ms + room.session_duration_ms);
+        self.inner.release(room, visitor, bounds, now_ms).await
     }
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {

@@ -11,7 +11,12 @@ local expiry = session_of(visitor)
 -- A newcomer's session may be in a batch, found by the ticket's expiry.
 local batch_expiry
 if not expiry then
-    batch_expiry = batch_find(visitor, ARGV[5])
+    batch_expiry = batch_find(visitor, ARGV[5], ARGV[5])
+    -- (Ended by another of its tickets, one that did not name the batch:
+    -- a revoke after a renewal by the fallback store.)
+    if batch_expiry and marked(K_ENDED, visitor) then
+        return false
+    end
     expiry = batch_expiry and tonumber(batch_expiry)
 end
 if not expiry then

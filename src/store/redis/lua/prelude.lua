@@ -312,13 +312,15 @@ end
 --
 -- Nothing looks a batch up by visitor without its session's expiry, which
 -- the visitor's ticket carries (check_in, and release from the origin's
--- revoke), but `release` without a ticket, which reads every batch (the
--- admin API's, an operator's act).
+-- revoke), or a bound on it (the release of an arrival whose caller gave
+-- up: no earlier than its arrival's), but `release` knowing neither (the
+-- admin API's, or a place's that may be in the tail), which reads every
+-- batch.
 -- A session that leaves its batch early (renewed: it is one of its own
 -- then; or released) leaves a mark: LEFT and its id, scored half a
 -- millisecond below its batch. So the two end together (`now` is whole
 -- milliseconds), but a lookup by the ticket's expiry reads only batches.
--- A member is never written again.
+-- A batch is never written again (only the count member is).
 --
 -- The member BATCHED, scored minus how many sessions the others hold
 -- (below every expiry, so first), is the count: it lives and dies with
@@ -357,24 +359,14 @@ local function batch_add(expiry_s, ids, k)
 end
 
 -- The expiry (a string) of `visitor`'s session if a batch holds it, else
--- nil. `expiry` (a string) is the session's as its ticket says; without
--- it, every batch is read.
-local function batch_find(visitor, expiry)
-    local left = LEFT .. visitor
-    local found
-    if expiry then
-        found = redis.call('ZRANGEBYSCORE', K_BATCHES, expiry, expiry, 'WITHSCORES')
-    else
-        found = redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', '+inf', 'WITHSCORES')
-        for i = 1, #found, 2 do
-            if found[i] == left then
-                return nil
-            end
-        end
-    end
+-- nil. Only batches ending within `min`..`max` (ZRANGEBYSCORE bounds) are
+-- read: the ticket's expiry at check-in, every batch ('(0', '+inf') for a
+-- release that knows nothing.
+local function batch_find(visitor, min, max)
+    local found = redis.call('ZRANGEBYSCORE', K_BATCHES, min, max, 'WITHSCORES')
     for i = 1, #found, 2 do
         local m = found[i]
-        if string.sub(m, 1, 1) ~= LEFT then
+        if string.sub(m, 1, 1) ~= LEFT and m ~= BATCHED then
             local at = string.find(m, visitor, 1, true)
             -- (Only a match at an id's start is the visitor: another place
             -- would be two ids' halves.)
@@ -382,7 +374,7 @@ local function batch_find(visitor, expiry)
                 at = string.find(m, visitor, at + 1, true)
             end
             if at then
-                if expiry and redis.call('ZSCORE', K_BATCHES, left) then
+                if redis.call('ZSCORE', K_BATCHES, LEFT .. visitor) then
                     return nil
                 end
                 return found[i + 1]
