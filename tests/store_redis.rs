@@ -912,7 +912,7 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     }
     assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 16);
     assert!(store
-        .end_session(&p, vid(3), T0 + SESSION, T0 + 1)
+        .end_session(&p, vid(3), T0 + SESSION, T0 + 3)
         .await
         .unwrap());
     let mark: String = server.cmd(&[
@@ -921,14 +921,14 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
         &format!("-{}", vid(3).to_hex()),
     ]);
     assert_eq!(mark, format!("{}.5", T0 + SESSION - 1));
-    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 15);
-    assert!(store.release(&p, vid(4), T0 + 2).await.unwrap());
-    assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 14);
+    assert_eq!(store.stats(&p, T0 + 3).await.unwrap().active, 15);
+    assert!(store.release(&p, vid(4), T0 + 4).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 4).await.unwrap().active, 14);
     // An arrival whose caller gave up: only batches from its arrival on.
     assert!(!store
-        .release_arrival(&p, vid(5), T0 + 1, T0 + 3)
+        .release_arrival(&p, vid(5), T0 + 1, T0 + 5)
         .await
         .unwrap());
-    assert!(store.release_arrival(&p, vid(5), T0, T0 + 3).await.unwrap());
-    assert_eq!(store.stats(&p, T0 + 3).await.unwrap().active, 13);
+    assert!(store.release_arrival(&p, vid(5), T0, T0 + 5).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 5).await.unwrap().active, 13);
 }

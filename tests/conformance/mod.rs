@@ -1609,18 +1609,10 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
     let mut p = room("together");
     p.total_active_users = N as u64;
     let r = bind(h, p.clone());
-    let arrive_new = |v: VisitorId, now: Millis| {
-        let (store, p) = (h.store.clone(), p.clone());
-        async move { store.arrive_new(&p, v, now).await.unwrap() }
-    };
     // N + 1 at once: N admitted, one queued.
-    let mut joins = Vec::new();
-    for v in visitors(N + 1) {
-        joins.push((v, tokio::spawn(arrive_new(v, T0))));
-    }
     let (mut ids, mut waiting) = (Vec::new(), Vec::new());
-    for (v, j) in joins {
-        match j.await.unwrap() {
+    for (v, verdict) in arrive_together(h, &p, N + 1, T0).await {
+        match verdict {
             Verdict::Admitted { session_expires_ms } => {
                 assert_eq!(session_expires_ms, T0 + SESSION);
                 ids.push(v);
@@ -1658,7 +1650,7 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
     // (Promoted by whichever call came first after the release.)
     assert!(admitted(r.poll(head, head_seq, T0 + 4).await) >= T0 + 3 + SESSION + GRACE);
     let late = VisitorId::random();
-    let late_place = queued(arrive_new(late, T0 + 5).await);
+    let late_place = queued(h.store.arrive_new(&p, late, T0 + 5).await.unwrap());
     assert_eq!(r.stats(T0 + 5).await.active, N as u64);
 
     // Renewed, then released: neither of its tickets brings it back.
@@ -1714,17 +1706,9 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
     fixed.session_renewal = false;
     fixed.total_active_users = 0;
     let r = bind(h, fixed.clone());
-    let mut joins = Vec::new();
-    for v in visitors(8) {
-        let (store, p) = (h.store.clone(), fixed.clone());
-        joins.push((
-            v,
-            tokio::spawn(async move { store.arrive_new(&p, v, T0).await }),
-        ));
-    }
     let mut ids = Vec::new();
-    for (v, j) in joins {
-        assert_eq!(admitted(j.await.unwrap().unwrap()), T0 + SESSION);
+    for (v, verdict) in arrive_together(h, &fixed, 8, T0).await {
+        assert_eq!(admitted(verdict), T0 + SESSION);
         ids.push(v);
     }
     assert_eq!(
@@ -1741,4 +1725,30 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
             "reset ends every session"
         );
     }
+}
+
+/// `n` new visitors at once through the daemon's `arrive_new` (so a store
+/// that decides concurrent arrivals together does), in the order they were
+/// sent, with their verdicts.
+async fn arrive_together(
+    h: &Harness,
+    p: &RoomPolicy,
+    n: usize,
+    now: Millis,
+) -> Vec<(VisitorId, Verdict)> {
+    let joins: Vec<_> = visitors(n)
+        .into_iter()
+        .map(|v| {
+            let (store, p) = (h.store.clone(), p.clone());
+            (
+                v,
+                tokio::spawn(async move { store.arrive_new(&p, v, now).await }),
+            )
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for (v, j) in joins {
+        out.push((v, j.await.unwrap().unwrap()));
+    }
+    out
 }

@@ -512,10 +512,7 @@ impl Room {
         self.housekeeping(p, now);
         if let Some(expires) = self.sessions.get(&visitor) {
             self.sessions.remove(&visitor);
-            // Until the session would have expired, and as long as the
-            // queue ticket that led to it could still poll.
-            self.ended
-                .set(visitor, expires.max(now + p.abandon_after_ms));
+            self.end(p, visitor, expires, now);
             return true;
         }
         match self.queue.find(&visitor) {
@@ -541,10 +538,17 @@ impl Room {
         // Not here (lost, or renewed by a store that stood in): ended all
         // the same while its ticket lives.
         if ticket_expires > now {
-            self.ended
-                .set(visitor, ticket_expires.max(now + p.abandon_after_ms));
+            self.end(p, visitor, ticket_expires, now);
         }
         false
+    }
+
+    /// Remembers a session (ending at `expires`) as ended: until it would
+    /// have expired, and as long as the queue ticket that led to it could
+    /// still poll.
+    fn end(&mut self, p: &RoomPolicy, visitor: VisitorId, expires: Millis, now: Millis) {
+        self.ended
+            .set(visitor, expires.max(now + p.abandon_after_ms));
     }
 
     fn stats(&mut self, p: &RoomPolicy, now: Millis) -> RoomStats {

@@ -8,19 +8,20 @@ housekeep()
 promote()
 
 local expiry = session_of(visitor)
--- A newcomer's session may be in a batch, found by the ticket's expiry.
 local batch_expiry
 if not expiry then
-    batch_expiry = batch_find(visitor, ARGV[5], ARGV[5])
-    -- (Ended by another of its tickets, one that did not name the batch:
-    -- a revoke after a renewal by the fallback store.)
-    if batch_expiry and marked(K_ENDED, visitor) then
+    -- Ended (also by another of its tickets, one that names no batch: a
+    -- revoke after a renewal by the fallback store, which leaves the batch
+    -- unmarked).
+    if marked(K_ENDED, visitor) then
         return false
     end
+    -- A newcomer's session may be in a batch, found by the ticket's expiry.
+    batch_expiry = batch_find(visitor, ARGV[5], ARGV[5])
     expiry = batch_expiry and tonumber(batch_expiry)
 end
 if not expiry then
-    if marked(K_ENDED, visitor) or ticket_expiry <= now then
+    if ticket_expiry <= now then
         return false
     end
     -- Redis lost a live session (restart without persistence, FLUSHALL):

@@ -339,12 +339,13 @@ local function batched()
 end
 
 -- Sessions the members in `members` hold: a batch its ids, a mark minus one.
+-- (Every read of batches starts above 0, which leaves BATCHED out.)
 local function sessions_in(members)
     local n = 0
     for _, m in ipairs(members) do
         if string.sub(m, 1, 1) == LEFT then
             n = n - 1
-        elseif m ~= BATCHED then
+        else
             n = n + #m / ID_LEN
         end
     end
@@ -366,7 +367,7 @@ local function batch_find(visitor, min, max)
     local found = redis.call('ZRANGEBYSCORE', K_BATCHES, min, max, 'WITHSCORES')
     for i = 1, #found, 2 do
         local m = found[i]
-        if string.sub(m, 1, 1) ~= LEFT and m ~= BATCHED then
+        if string.sub(m, 1, 1) ~= LEFT then
             local at = string.find(m, visitor, 1, true)
             -- (Only a match at an id's start is the visitor: another place
             -- would be two ids' halves.)
@@ -431,7 +432,8 @@ local function housekeep()
             -- keeps it): counted again.
             local n = sessions_in(redis.call('ZRANGEBYSCORE', K_BATCHES, '(0', '+inf'))
             redis.call('ZADD', K_BATCHES, int(-n), BATCHED)
-            front = redis.call('ZRANGE', K_BATCHES, 0, 1, 'WITHSCORES')
+            -- (Now first, before what was.)
+            front = { BATCHED, int(-n), front[1], front[2] }
         end
         batched_n = -tonumber(front[2])
         if front[4] and tonumber(front[4]) <= now then
