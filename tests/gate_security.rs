@@ -642,3 +642,68 @@ async fn http2_connections_that_go_quiet_are_closed_too() {
     let data = h2_frames(&got).iter().filter(|f| **f == (0x0, 1)).count();
     assert!(data >= 2, "both chunks (DATA on stream 1) came: {data}");
 }
+
+/// A copy of an admitted cookie kept past the end of its session (the
+/// origin's revoke, the admin API's release) gets nothing more through,
+/// though its check-in is not due yet: the instance that ended the session
+/// sends the ticket's next request to the store, which refuses it, and the
+/// copy's holder is a newcomer at the back of the queue.
+#[tokio::test]
+async fn a_kept_copy_of_an_ended_sessions_cookie_is_not_forwarded() {
+    let h = Harness::start(|c| c.rooms[0].total_active_users = 1).await;
+    let with_ticket = |target: &str, ticket: &str| {
+        format!(
+            "GET {target} HTTP/1.1\r\nHost: shop.example\r\nCookie: {COOKIE}={ticket}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let ticket_of = |resp: &RawResponse| {
+        let set = resp.header("set-cookie").expect("a ticket");
+        let value = set
+            .strip_prefix(&format!("{COOKIE}="))
+            .expect("the room's cookie");
+        value.split(';').next().unwrap().to_string()
+    };
+    let buyer = exchange(h.daemon.addr, &get("/", "shop.example")).await;
+    assert!(buyer.answered_by_origin(), "the buyer gets in: {buyer:?}");
+    let kept = ticket_of(&buyer);
+    let next = exchange(h.daemon.addr, &get("/", "shop.example")).await;
+    check(&next, Expect::Queued, "the next visitor");
+    let next_ticket = ticket_of(&next);
+
+    // The origin revokes the buyer's session; its response expires the
+    // cookie, but the buyer kept a copy.
+    let done = exchange(h.daemon.addr, &with_ticket("/revoke", &kept)).await;
+    assert!(done.answered_by_origin(), "{done:?}");
+    assert!(done.header("set-cookie").unwrap().contains("Max-Age=0"));
+    for _ in 0..3 {
+        let replay = exchange(h.daemon.addr, &with_ticket("/", &kept)).await;
+        check(&replay, Expect::Queued, "the revoked session's kept cookie");
+    }
+    // The room went to the one who waited.
+    let admitted = exchange(h.daemon.addr, &with_ticket("/", &next_ticket)).await;
+    assert!(admitted.answered_by_origin(), "{admitted:?}");
+    let next_ticket = ticket_of(&admitted);
+
+    // The same for a session ended by the admin API.
+    let ring = KeyRing::new(&[Secret32(KEY)]);
+    let visitor = ring.open("shop", &next_ticket, T0).unwrap().visitor;
+    let released: serde_json::Value = h
+        .bare()
+        .post(h.admin_url("/api/rooms/shop/release"))
+        .json(&serde_json::json!({ "visitor": visitor.to_hex() }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(released["released"], true);
+    // (The buyer's replays wait ahead: each was a newcomer.)
+    let replay = exchange(h.daemon.addr, &with_ticket("/", &next_ticket)).await;
+    check(
+        &replay,
+        Expect::Queued,
+        "the released session's kept cookie",
+    );
+}

@@ -252,12 +252,10 @@ impl Admin {
                 })?;
                 let gate = self.gates.load_full();
                 let store = &gate.store;
+                let now = gate.clock.now_ms();
+                room.ended(visitor, now);
                 let released = store
-                    .call(
-                        store
-                            .shared
-                            .release(&room.policy(), visitor, gate.clock.now_ms()),
-                    )
+                    .call(store.shared.release(&room.policy(), visitor, now))
                     .await?;
                 if released {
                     room.metrics.revoked.inc();

@@ -463,7 +463,7 @@ impl Gate {
                         .moved_network(room, req, visitor, issued, session_expires_ms, ctx)
                         .await;
                 }
-                if now < check_in_due_ms {
+                if now < check_in_due_ms && !room.ended_here.holds(visitor, now) {
                     return Ok(Decision::Forward(Admitted {
                         visitor,
                         session_expires_ms,
@@ -542,6 +542,7 @@ impl Gate {
                     self.store
                         .shared
                         .end_session(&policy, visitor, session_expires_ms, ctx.now);
+                room.ended(visitor, ctx.now);
                 if let Err(e) = self.store.call(ended).await {
                     tracing::warn!(room = %room.config.id, error = %e, "shared session not ended");
                 }
@@ -781,6 +782,7 @@ impl Gate {
                 self.store
                     .shared
                     .end_session(&policy, visitor, session_expires_ms, ctx.now);
+            room.ended(visitor, ctx.now);
             match self.store.call(ended).await {
                 Ok(_) => {
                     room.metrics.revoked.inc();

@@ -2,7 +2,7 @@
 //! matcher that picks a room by host and longest path prefix.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -13,7 +13,8 @@ use crate::canonical::covers;
 use crate::config::RoomConfig;
 use crate::proxy::headers::COOKIE_PREFIX;
 use crate::queue_page::Template;
-use crate::store::{RoomOverrides, RoomPolicy};
+use crate::store::memory::VisitorMap;
+use crate::store::{RoomOverrides, RoomPolicy, VisitorId};
 use crate::telemetry::metrics::RoomMetrics;
 
 use super::eta::RateTracker;
@@ -53,7 +54,54 @@ pub struct Room {
     /// last figures showed a queue or a full room); proof of work is asked
     /// only then.
     queueing: AtomicBool,
+    /// Sessions this instance ended (see [`EndedHere`]).
+    pub ended_here: EndedHere,
     clock: SharedClock,
+}
+
+/// Sessions this instance ended (the origin's revoke, a ticket shared by
+/// too many networks, the admin API's release), each until every ticket
+/// issued before the end is due for its check-in anyway. An admitted
+/// ticket is otherwise trusted without the store until its check-in is
+/// due; a request with one of these checks in at once, so a copy of the
+/// cookie kept past the end is refused by the store, not forwarded. (Other
+/// instances refuse it at its check-in, within `check_in_interval`.)
+#[derive(Default)]
+pub struct EndedHere {
+    /// The latest `until` (ms): none is held at or after it, so the
+    /// admitted path pays one atomic load until a session is ended here.
+    last: AtomicU64,
+    visitors: Mutex<VisitorMap<Millis>>,
+}
+
+/// Most sessions held at once (a burst of revokes beyond it is checked at
+/// the tickets' own check-ins, as on other instances).
+const ENDED_HERE_MAX: usize = 100_000;
+
+impl EndedHere {
+    /// `visitor`'s session was ended at `now`; its tickets are all due for
+    /// a check-in by `until`.
+    pub fn add(&self, visitor: VisitorId, now: Millis, until: Millis) {
+        let mut visitors = self.visitors.lock().unwrap_or_else(PoisonError::into_inner);
+        if visitors.len() >= ENDED_HERE_MAX {
+            visitors.retain(|_, u| *u > now);
+            if visitors.len() >= ENDED_HERE_MAX {
+                return;
+            }
+        }
+        visitors.insert(visitor, until);
+        self.last.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// Whether `visitor`'s session was ended here and a ticket of it may
+    /// still be short of its check-in.
+    pub fn holds(&self, visitor: VisitorId, now: Millis) -> bool {
+        if now >= self.last.load(Ordering::Relaxed) {
+            return false;
+        }
+        let visitors = self.visitors.lock().unwrap_or_else(PoisonError::into_inner);
+        visitors.get(&visitor).is_some_and(|u| *u > now)
+    }
 }
 
 struct Applied {
@@ -97,6 +145,7 @@ impl Room {
             metrics,
             poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
             queueing: AtomicBool::new(false),
+            ended_here: EndedHere::default(),
             clock,
             config,
         };
@@ -149,6 +198,13 @@ impl Room {
     /// Whether a new visitor must first do the room's proof of work.
     pub fn asks_proof(&self, now: Millis) -> bool {
         self.config.proof_of_work > 0 && self.is_queueing(now)
+    }
+
+    /// `visitor`'s session was ended by this instance at `now`: its tickets
+    /// check in at their next request (see [`EndedHere`]).
+    pub fn ended(&self, visitor: VisitorId, now: Millis) {
+        self.ended_here
+            .add(visitor, now, now + self.check_in_interval_ms);
     }
 
     /// Records whether the room is queueing new visitors.
