@@ -41,6 +41,14 @@ pub enum Refusal {
     BadHost,
     #[error("the absolute request target and Host disagree")]
     HostMismatch,
+    #[error("the path holds an escaped escape (%25 and two hex digits)")]
+    DoubleEncoded,
+    #[error("the path holds a colon")]
+    Colon,
+    #[error("the path holds a character some origins fold into another")]
+    Foldable,
+    #[error("the path holds a Windows short name (~ and a digit)")]
+    ShortName,
 }
 
 /// The request as the gate matches it and the origin receives it. Built
@@ -264,6 +272,138 @@ fn decode_segment(raw: &[u8], out: &mut String) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Which spellings an origin might fold into another path the daemon lets
+/// through (see [`check_folding`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Folding {
+    /// `:` may appear in a path (`server.allow_path_colons`).
+    pub allow_colons: bool,
+    /// Some room matches paths ignoring case (`case_insensitive_paths`):
+    /// its origin may fold more than ASCII case.
+    pub case_insensitive: bool,
+}
+
+/// Refuses a canonical path that some origin would read as another path
+/// than the one the gate matches, so that no room is walked around
+/// through such a spelling:
+///
+/// * `%25` followed by two hex digits: an origin that decodes twice reads
+///   `/%2573hop` as `/shop`;
+/// * `:` (also `%3A` and the full-width colon), unless allowed: Windows
+///   serves `/shop::$DATA` as `/shop`;
+/// * non-ASCII white space and the invisible (default-ignorable)
+///   characters, which some origins trim or drop (`/shop%E2%80%8B`);
+/// * characters whose compatibility form (NFKC) holds ASCII, such as the
+///   full-width solidus and full stop, which origins that normalize text
+///   read as `/` and `.`;
+/// * when a room matches case-insensitively: non-ASCII letters whose
+///   upper or lower case is ASCII (`ı` is `I`, `ſ` is `S`, the Kelvin
+///   sign is `k`), and Windows short names (`/SHOP~1`).
+pub fn check_folding(path: &str, rules: Folding) -> Result<(), Refusal> {
+    let b = path.as_bytes();
+    let suspect = |c: &u8| *c == b'%' || *c == b':' || (rules.case_insensitive && *c == b'~');
+    if !b.iter().any(suspect) {
+        return Ok(());
+    }
+    let hex = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(16));
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b':' if !rules.allow_colons => return Err(Refusal::Colon),
+            b'~' if rules.case_insensitive && b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                return Err(Refusal::ShortName)
+            }
+            b'%' => {
+                let byte = match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                    (Some(hi), Some(lo)) => (hi * 16 + lo) as u8,
+                    _ => return Err(Refusal::BadEscape),
+                };
+                if byte == b'%' && hex(b.get(i + 3)).is_some() && hex(b.get(i + 4)).is_some() {
+                    return Err(Refusal::DoubleEncoded);
+                }
+                if byte == b':' && !rules.allow_colons {
+                    return Err(Refusal::Colon);
+                }
+                if byte >= 0x80 {
+                    // The escaped UTF-8 sequence this byte starts (or is in).
+                    let mut bytes = Vec::with_capacity(4);
+                    let mut j = i;
+                    while bytes.len() < 4 && b.get(j) == Some(&b'%') {
+                        match (hex(b.get(j + 1)), hex(b.get(j + 2))) {
+                            (Some(hi), Some(lo)) if hi >= 8 => bytes.push((hi * 16 + lo) as u8),
+                            _ => break,
+                        }
+                        j += 3;
+                        if std::str::from_utf8(&bytes).is_ok() {
+                            break;
+                        }
+                    }
+                    if let Some(c) = std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(|s| s.chars().next())
+                    {
+                        if folds(c, rules) {
+                            return Err(Refusal::Foldable);
+                        }
+                        i = j;
+                        continue;
+                    }
+                }
+                i += 3;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Whether a non-ASCII character is one some origin folds (see
+/// [`check_folding`]).
+fn folds(c: char, rules: Folding) -> bool {
+    use unicode_normalization::UnicodeNormalization;
+    if c.is_ascii() {
+        return false;
+    }
+    if c.is_whitespace() || default_ignorable(c) {
+        return true;
+    }
+    let mut one = [0u8; 4];
+    let compat = c.encode_utf8(&mut one).nfkc().any(|d| d.is_ascii());
+    if compat || (!rules.allow_colons && c == '\u{FF1A}') {
+        return true;
+    }
+    rules.case_insensitive
+        && (c.to_lowercase().any(|l| l.is_ascii()) || c.to_uppercase().any(|u| u.is_ascii()))
+}
+
+/// Unicode's Default_Ignorable_Code_Point: characters with no glyph
+/// (zero-width spaces and joiners, direction marks, variation selectors,
+/// the soft hyphen, tags), which text processing may drop.
+fn default_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
 /// What rooms and bypass rules compare against: the canonical path with
 /// each segment's parameters (`;jsessionid=…`) removed, since servers such
 /// as Tomcat route `/shop;x` to `/shop`, and with each segment's trailing
@@ -459,6 +599,21 @@ pub fn host(value: &[u8]) -> Result<(String, Option<u16>), Refusal> {
         Some(_) => return Err(Refusal::BadHost),
     };
     Ok((name, port))
+}
+
+/// The key a client address is counted under by every per-address limit
+/// (connections, streams, new tickets, polls): an IPv4 address as it is
+/// (IPv4-mapped IPv6 included), an IPv6 address by its /64, the smallest
+/// network one subscriber is usually given, so a client cannot step
+/// around a limit by cycling through the addresses of its own prefix.
+pub fn limit_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
 }
 
 /// Whether a canonical host names this machine (`localhost`, 127.0.0.0/8, `[::1]`).

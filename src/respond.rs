@@ -91,6 +91,17 @@ pub fn not_found(chosen: Chosen) -> Response<Body> {
     message(StatusCode::NOT_FOUND, Msg::NotFound, chosen, 0)
 }
 
+/// 405 for a method the daemon never forwards (`CONNECT`), naming those
+/// it does.
+pub fn method_not_allowed(chosen: Chosen) -> Response<Body> {
+    let mut resp = message(StatusCode::METHOD_NOT_ALLOWED, Msg::BadAddress, chosen, 0);
+    resp.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+    );
+    resp
+}
+
 /// 400 for a request that cannot be handled safely. The reason is one of a
 /// few fixed sentences, never the request's own bytes.
 pub fn bad_request(reason: Msg, chosen: Chosen) -> Response<Body> {

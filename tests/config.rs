@@ -484,11 +484,11 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `proof_of_work`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",
-        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `ip_arrivals_per_second`, `ip_arrival_burst`, `max_connections_per_ip`, `workers`, `access_log`",
+        "server.lisen (line 4, column 1): unknown key `lisen`, expected one of `listen`, `admin_listen`, `admin_token_env`, `reserved_prefix`, `trusted_proxies`, `unmatched`, `max_connections`, `max_header_bytes`, `header_read_timeout`, `drain_timeout`, `ip_polls_per_second`, `ip_poll_burst`, `ip_arrivals_per_second`, `ip_arrival_burst`, `max_connections_per_ip`, `workers`, `access_log`, `max_streams_per_connection`, `max_streams_per_ip`, `send_timeout`, `request_body_timeout`, `request_body_min_rate`, `tunnel_idle_timeout`, `unmatched_upgrades`, `allow_path_colons`",
     ),
     (
         "unknown_top_level_key",
@@ -561,6 +561,18 @@ const BAD: &[(&str, &str)] = &[
     (
         "region_global_is_store",
         "region.global_url (line 8, column 14): is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
+    ),
+    (
+        "zero_max_streams_per_ip",
+        "server.max_streams_per_ip (line 4, column 22): must be between 1 and 1000000, got 0",
+    ),
+    (
+        "zero_send_timeout",
+        "server.send_timeout (line 4, column 16): must be longer than 0, got \"0s\"",
+    ),
+    (
+        "zero_origin_max_connections",
+        "origin.max_connections (line 6, column 19): must be between 1 and 1000000, got 0",
     ),
     (
         "zero_total_active_users",

@@ -479,6 +479,17 @@ async fn redirect_http_answers_plain_http_with_308_to_https() {
     .await;
     assert_eq!(raw.status, 400);
     assert!(raw.header("location").is_none());
+    // Nor is a valid name the daemon does not serve redirected to: the
+    // redirect goes only to the certificates' and rooms' hosts.
+    for host in ["evil.example", "shop.test.evil.example", "127.0.0.1"] {
+        let raw = support::raw::exchange(
+            site.daemon.addr,
+            format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert_eq!(raw.status, 400, "{host}");
+        assert!(raw.header("location").is_none(), "{host}");
+    }
 
     // And the https side serves.
     let resp = site

@@ -273,6 +273,8 @@ impl Admin {
                 store
                     .call(store.shared.reset(&room.policy(), gate.clock.now_ms()))
                     .await?;
+                // Every session ended: so does every tunnel one opened here.
+                room.tunnels.end(None);
                 tracing::info!(room = %room.config.id, "room reset by the operator");
                 Ok(json(
                     StatusCode::OK,

@@ -52,6 +52,13 @@ mod defaults {
     pub const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(100);
     pub const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(60);
     pub const TLS_LISTEN: &str = "0.0.0.0:8443";
+    pub const MAX_STREAMS_PER_CONNECTION: u64 = 100;
+    pub const MAX_STREAMS_PER_IP: u64 = 256;
+    pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const REQUEST_BODY_TIMEOUT: Duration = Duration::from_secs(20);
+    pub const REQUEST_BODY_MIN_RATE: u64 = 500;
+    pub const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+    pub const ORIGIN_MAX_CONNECTIONS: u64 = 512;
 }
 
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
@@ -61,6 +68,10 @@ const MIN_SIGN_KEY_LEN: usize = 32;
 
 /// Most worker threads.
 const MAX_WORKERS: u64 = 256;
+
+/// Most concurrent streams per connection (HTTP/2's own default cap is
+/// of this order; more only lets one client hold more).
+const MAX_STREAMS: u64 = 1000;
 
 /// Below hyper's smallest read buffer (8 KiB) the HTTP/1 builder panics.
 const MIN_HEADER_BYTES: u64 = 8192;
@@ -319,6 +330,53 @@ impl Checker<'_, '_> {
             raw.ip_arrival_burst,
             defaults::IP_ARRIVAL_BURST,
         );
+        let mut count = |key: &str, value: Option<u64>, default: u64, max: u64| -> u64 {
+            let value = value.unwrap_or(default);
+            if !(1..=max).contains(&value) {
+                self.fail(
+                    &p.key(key),
+                    format!("must be between 1 and {max}, got {value}"),
+                );
+                return default;
+            }
+            value
+        };
+        let max_streams_per_connection = count(
+            "max_streams_per_connection",
+            raw.max_streams_per_connection,
+            defaults::MAX_STREAMS_PER_CONNECTION,
+            MAX_STREAMS,
+        );
+        let max_streams_per_ip = count(
+            "max_streams_per_ip",
+            raw.max_streams_per_ip,
+            defaults::MAX_STREAMS_PER_IP,
+            MAX_STREAMS * 1000,
+        );
+        let request_body_min_rate = count(
+            "request_body_min_rate",
+            raw.request_body_min_rate,
+            defaults::REQUEST_BODY_MIN_RATE,
+            1 << 40,
+        );
+        let send_timeout = self.duration(
+            &p.key("send_timeout"),
+            raw.send_timeout,
+            defaults::SEND_TIMEOUT,
+            Duration::ZERO,
+        );
+        let request_body_timeout = self.duration(
+            &p.key("request_body_timeout"),
+            raw.request_body_timeout,
+            defaults::REQUEST_BODY_TIMEOUT,
+            Duration::ZERO,
+        );
+        let tunnel_idle_timeout = self.duration(
+            &p.key("tunnel_idle_timeout"),
+            raw.tunnel_idle_timeout,
+            defaults::TUNNEL_IDLE_TIMEOUT,
+            Duration::ZERO,
+        );
         ServerConfig {
             listen,
             admin_listen,
@@ -337,6 +395,14 @@ impl Checker<'_, '_> {
             max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
             header_read_timeout,
             drain_timeout,
+            max_streams_per_connection: u32::try_from(max_streams_per_connection).unwrap_or(1),
+            max_streams_per_ip: usize::try_from(max_streams_per_ip).unwrap_or(usize::MAX),
+            send_timeout,
+            request_body_timeout,
+            request_body_min_rate,
+            tunnel_idle_timeout,
+            unmatched_upgrades: raw.unmatched_upgrades.unwrap_or(false),
+            allow_path_colons: raw.allow_path_colons.unwrap_or(false),
         }
     }
 
@@ -635,11 +701,21 @@ impl Checker<'_, '_> {
                 }
             }
         };
+        let max_connections = raw
+            .max_connections
+            .unwrap_or(defaults::ORIGIN_MAX_CONNECTIONS);
+        if !(1..=1_000_000).contains(&max_connections) {
+            self.fail(
+                &p.key("max_connections"),
+                format!("must be between 1 and 1000000, got {max_connections}"),
+            );
+        }
         OriginConfig {
             url,
             timeout,
             connect_timeout,
             sign_key,
+            max_connections: usize::try_from(max_connections.clamp(1, 1_000_000)).unwrap_or(1),
         }
     }
 
@@ -845,6 +921,7 @@ impl Checker<'_, '_> {
             bypass_ips,
             bypass_header,
             case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
+            bypass_upgrades: raw.bypass_upgrades.unwrap_or(false),
             proof_of_work,
             state: raw.state.unwrap_or(RoomState::Open),
             language,

@@ -119,6 +119,30 @@ pub struct ServerConfig {
     /// Worker threads serving visitors, each with its own listener and
     /// origin connections; 0 = one per CPU core.
     pub workers: usize,
+    /// Most requests one connection carries at once (HTTP/2's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; HTTP/1 carries one).
+    pub max_streams_per_connection: u32,
+    /// Most HTTP/2 streams the connections of one client address (/64 for
+    /// IPv6) carry at once; more are answered 503 at once.
+    pub max_streams_per_ip: usize,
+    /// Longest a response may wait for the client to take more of it (a
+    /// full socket, or an HTTP/2 window held at 0); then the connection is
+    /// closed, and with it what it held at the origin.
+    pub send_timeout: Duration,
+    /// A request body's allowance: it must end within this time plus one
+    /// second per `request_body_min_rate` bytes received.
+    pub request_body_timeout: Duration,
+    /// Bytes per second a slow request body must average (see above).
+    pub request_body_min_rate: u64,
+    /// A WebSocket tunnel that carries nothing either way for this long
+    /// is closed.
+    pub tunnel_idle_timeout: Duration,
+    /// Pass WebSocket upgrades of requests that match no room (off: the
+    /// `Upgrade` is dropped and the request forwarded as plain HTTP).
+    pub unmatched_upgrades: bool,
+    /// Paths may hold `:` (`%3A`); refused otherwise, since Windows origins
+    /// read `/shop::$DATA` as `/shop`.
+    pub allow_path_colons: bool,
 }
 
 impl ServerConfig {
@@ -198,6 +222,9 @@ pub struct OriginConfig {
     pub connect_timeout: Duration,
     /// Key of the `X-Waitroom-Signature` HMAC (from `sign_key_env`).
     pub sign_key: Option<Secret>,
+    /// Most connections to the origin per worker thread; a request that
+    /// finds them all busy waits for one (within `timeout`).
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -232,6 +259,9 @@ pub struct RoomConfig {
     /// Match `path` and `bypass_paths` ignoring ASCII case, for origins
     /// that serve paths that way.
     pub case_insensitive_paths: bool,
+    /// Pass WebSocket upgrades of requests a bypass rule forwards (off:
+    /// the `Upgrade` is dropped and the request forwarded as plain HTTP).
+    pub bypass_upgrades: bool,
     /// Proof of work asked of new visitors while the room queues, in
     /// leading zero bits of SHA-256 (0 = off).
     pub proof_of_work: u8,
@@ -259,10 +289,11 @@ impl RoomConfig {
         }
     }
 
-    /// How often an admitted visitor's session is renewed in the store: a
-    /// quarter of the session, at most 60 s, at least 1 s.
+    /// How often an admitted visitor's session is renewed in the store
+    /// while the config file's session duration is in force (see
+    /// [`RoomPolicy::check_in_interval_ms`]).
     pub fn check_in_interval(&self) -> Duration {
-        (self.session_duration / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
+        Duration::from_millis(self.policy().check_in_interval_ms())
     }
 }
 

@@ -83,6 +83,22 @@ pub(super) struct RawServer {
     pub(super) workers: Option<u64>,
     /// One log line per request (target `waitroom::access`).
     pub(super) access_log: Option<bool>,
+    /// Concurrent requests (HTTP/2 streams) one connection may carry.
+    pub(super) max_streams_per_connection: Option<u64>,
+    /// Concurrent HTTP/2 streams the connections of one client address carry together.
+    pub(super) max_streams_per_ip: Option<u64>,
+    /// Longest a response may wait for the client to take more of it.
+    pub(super) send_timeout: Option<RawDuration>,
+    /// A request body's time allowance (extended by `request_body_min_rate`).
+    pub(super) request_body_timeout: Option<RawDuration>,
+    /// Bytes per second that extend a request body's allowance by a second.
+    pub(super) request_body_min_rate: Option<u64>,
+    /// Longest a WebSocket tunnel may carry nothing either way.
+    pub(super) tunnel_idle_timeout: Option<RawDuration>,
+    /// Pass WebSocket upgrades of requests that match no room.
+    pub(super) unmatched_upgrades: Option<bool>,
+    /// Paths may hold `:` (refused otherwise: `::$DATA`, drive letters).
+    pub(super) allow_path_colons: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +159,8 @@ pub(super) struct RawOrigin {
     pub(super) connect_timeout: Option<RawDuration>,
     /// Environment variable holding the key of `X-Waitroom-Signature`.
     pub(super) sign_key_env: Option<String>,
+    /// Most connections to the origin per worker thread.
+    pub(super) max_connections: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +185,8 @@ pub(super) struct RawRoom {
     pub(super) bypass_ips: Option<Vec<String>>,
     pub(super) bypass_header: Option<RawBypassHeader>,
     pub(super) case_insensitive_paths: Option<bool>,
+    /// Pass WebSocket upgrades of requests a bypass rule forwards.
+    pub(super) bypass_upgrades: Option<bool>,
     /// Proof-of-work difficulty in leading zero bits (0 = off).
     pub(super) proof_of_work: Option<u64>,
     pub(super) state: Option<RoomState>,

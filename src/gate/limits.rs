@@ -103,9 +103,11 @@ impl AddressLimit {
         }
     }
 
+    /// `Err(retry_after)` when `ip`'s address (its /64 for IPv6, see
+    /// [`crate::canonical::limit_key`]) is over the limit.
     pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
         self.limiter
-            .check_key(&ip)
+            .check_key(&crate::canonical::limit_key(ip))
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 

@@ -43,7 +43,9 @@ use crate::config::{Config, FailMode, Unmatched};
 use crate::i18n::Language;
 use crate::proxy::{self, headers, Outbound, Proxy};
 use crate::queue_page::{self, Msg, Status, Template, VisitorState};
-use crate::respond::{bad_request, json, not_found, push_cookie, retry_after, text};
+use crate::respond::{
+    bad_request, json, method_not_allowed, not_found, push_cookie, retry_after, text,
+};
 use crate::store::{
     EventSpec, QueuePlace, RoomOverrides, SharedStore, StoreError, Verdict, VisitorId,
 };
@@ -65,14 +67,21 @@ pub type SharedGate = Arc<arc_swap::ArcSwap<Gate>>;
 pub struct Gate {
     pub rooms: Rooms,
     tickets: Tickets,
-    /// The store, behind its timeout, breaker and fallback.
-    pub store: StoreGuard,
+    /// The store, behind its timeout, breaker and fallback (shared with
+    /// the tunnels' check-ins).
+    pub store: Arc<StoreGuard>,
     pub clock: SharedClock,
     proxy: Proxy,
     reserved_prefix: String,
     unmatched: Unmatched,
     trusted_proxies: Vec<ipnet::IpNet>,
     fail_mode: FailMode,
+    /// Pass WebSocket upgrades of requests no room matches.
+    unmatched_upgrades: bool,
+    /// Which foldable path spellings are refused (see `canonical::check_folding`).
+    folding: crate::canonical::Folding,
+    /// How long a tunnel may carry nothing.
+    tunnel_idle_timeout: Duration,
     pub telemetry: Arc<Telemetry>,
     /// Polls and new tickets per client address.
     pub limits: ClientLimits,
@@ -109,6 +118,9 @@ pub struct ConnInfo {
     pub worker: usize,
     /// The connection came in on the TLS listener.
     pub tls: bool,
+    /// The connection's place under the listener's caps: a WebSocket
+    /// tunnel the connection turns into keeps it for its whole life.
+    pub place: Option<Arc<dyn Send + Sync>>,
 }
 
 impl ConnInfo {
@@ -118,6 +130,15 @@ impl ConnInfo {
             peer_text: headers::peer_text(peer.ip()),
             worker,
             tls: false,
+            place: None,
+        }
+    }
+
+    /// The same, holding `place` (see [`ConnInfo::place`]).
+    pub fn holding(self, place: Arc<dyn Send + Sync>) -> Self {
+        Self {
+            place: Some(place),
+            ..self
         }
     }
 
@@ -216,12 +237,30 @@ impl Gate {
             rooms: Rooms::new(rooms),
             tickets: Tickets::new(KeyRing::new(&config.cookie.keys), &config.cookie),
             proofs: proof::Proofs::new(&config.cookie.keys),
-            store: StoreGuard::new(config, store, clock.clone(), telemetry.clone()),
-            proxy: Proxy::new(&config.origin, config.server.workers())?,
+            store: Arc::new(StoreGuard::new(
+                config,
+                store,
+                clock.clone(),
+                telemetry.clone(),
+            )),
+            proxy: Proxy::new(
+                &config.origin,
+                config.server.workers(),
+                proxy::upload::Allowance {
+                    timeout: s.request_body_timeout,
+                    min_rate: s.request_body_min_rate,
+                },
+            )?,
             reserved_prefix: s.reserved_prefix.clone(),
             unmatched: s.unmatched,
             trusted_proxies: s.trusted_proxies.clone(),
             fail_mode: config.store.fail_mode,
+            unmatched_upgrades: s.unmatched_upgrades,
+            folding: crate::canonical::Folding {
+                allow_colons: s.allow_path_colons,
+                case_insensitive: config.rooms.iter().any(|r| r.case_insensitive_paths),
+            },
+            tunnel_idle_timeout: s.tunnel_idle_timeout,
             telemetry,
             limits: ClientLimits::new(
                 AddressLimit::new(s.ip_polls_per_second, s.ip_poll_burst, clock.clone()),
@@ -349,8 +388,14 @@ impl Gate {
     }
 
     async fn phases(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
-        // Phase 1: canonical.
-        let canonical = match Canonical::of(&req) {
+        // Phase 1: canonical. CONNECT asks for a tunnel to an authority,
+        // which no origin of ours is: it is never forwarded.
+        if req.method() == Method::CONNECT {
+            return method_not_allowed(Language::Auto.choose(req.headers()));
+        }
+        let canonical = match Canonical::of(&req)
+            .and_then(|c| crate::canonical::check_folding(c.path(), self.folding).map(|()| c))
+        {
             Ok(c) => c,
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "request refused");
@@ -379,14 +424,18 @@ impl Gate {
         let key = ctx.canonical.match_key();
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
-                Unmatched::Forward => self.forward(req, &ctx, None, None).await,
+                Unmatched::Forward => {
+                    let upgrades = self.unmatched_upgrades;
+                    self.forward(req, &ctx, None, None, upgrades).await
+                }
                 Unmatched::NotFound => not_found(Language::Auto.choose(req.headers())),
             };
         };
 
         // Phase 3: bypass.
         if room.bypasses(&key, ctx.client, req.headers()) {
-            return self.forward(req, &ctx, Some(&room), None).await;
+            let upgrades = room.config.bypass_upgrades;
+            return self.forward(req, &ctx, Some(&room), None, upgrades).await;
         }
 
         // Phase 4: ticket.
@@ -398,7 +447,8 @@ impl Gate {
         // Phase 5: respond.
         match decision {
             Decision::Forward(admitted) => {
-                self.forward(req, &ctx, Some(&room), Some(admitted)).await
+                self.forward(req, &ctx, Some(&room), Some(admitted), true)
+                    .await
             }
             Decision::Queued { place, ticket } => {
                 let cookie = self.tickets.set_cookie(&room, &ticket, ctx.now);
@@ -713,7 +763,7 @@ impl Gate {
 
     async fn store_failed(
         &self,
-        room: &Room,
+        room: &Arc<Room>,
         req: Request<Incoming>,
         ctx: &Ctx<'_>,
         error: StoreError,
@@ -722,21 +772,38 @@ impl Gate {
         match self.fail_mode {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.
-            FailMode::Open | FailMode::Local => self.forward(req, ctx, Some(room), None).await,
+            FailMode::Open | FailMode::Local => {
+                self.forward(req, ctx, Some(room), None, true).await
+            }
             FailMode::Closed => pages::store_unavailable(room, req.headers()),
         }
     }
 
     /// Forwards to the origin; for an admitted visitor names it to the
     /// origin, re-issues its cookie and carries out the origin's
-    /// `X-Waitroom-Command` (`close` on any request of the room).
+    /// `X-Waitroom-Command` (`close` on any request of the room). A
+    /// WebSocket upgrade passes for an admitted visitor (the tunnel ends
+    /// with the session) and, when `upgrades` says so, for the others.
     async fn forward(
         &self,
         req: Request<Incoming>,
         ctx: &Ctx<'_>,
-        room: Option<&Room>,
+        room: Option<&Arc<Room>>,
         admitted: Option<Admitted>,
+        upgrades: bool,
     ) -> Response<Body> {
+        let tunnel = match (&admitted, room) {
+            (Some(a), Some(room)) => Some(proxy::tunnel::Tunnel {
+                place: ctx.conn.place.clone(),
+                ended: Some(self.session_end(room, a.visitor, a.session_expires_ms)),
+                idle_timeout: self.tunnel_idle_timeout,
+            }),
+            _ => upgrades.then(|| proxy::tunnel::Tunnel {
+                place: ctx.conn.place.clone(),
+                ended: None,
+                idle_timeout: self.tunnel_idle_timeout,
+            }),
+        };
         let out = Outbound {
             peer_text: &ctx.conn.peer_text,
             peer_trusted: ctx.peer_trusted,
@@ -746,11 +813,12 @@ impl Gate {
             now_ms: ctx.now,
             worker: ctx.conn.worker,
             tls: ctx.conn.tls,
+            tunnel,
         };
         // Kept (not parsed) for the page should the origin fail.
         let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();
         let started = Instant::now();
-        let forwarded = self.proxy.forward(req, &out).await;
+        let forwarded = self.proxy.forward(req, out).await;
         self.telemetry
             .metrics
             .origin_latency(started.elapsed().as_secs_f64());
@@ -758,7 +826,7 @@ impl Gate {
             Ok(forwarded) => forwarded,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
-                return pages::origin_error(&e, room, accept_language.as_ref());
+                return pages::origin_error(&e, room.map(|r| &**r), accept_language.as_ref());
             }
         };
         let Some(room) = room else {
@@ -799,6 +867,39 @@ impl Gate {
             );
         }
         resp
+    }
+
+    /// What ends a tunnel opened by `visitor`'s session: the session ended
+    /// here, or refused at a check-in (ended elsewhere, or expired). The
+    /// tunnel checks in like a request would, once per check-in interval
+    /// of the policy in force, so an open WebSocket keeps its session.
+    fn session_end(
+        &self,
+        room: &Arc<Room>,
+        visitor: VisitorId,
+        expires: Millis,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let (room, store, clock) = (room.clone(), self.store.clone(), self.clock.clone());
+        let mut watch = room.tunnels.watch(visitor);
+        Box::pin(async move {
+            let mut expires = expires;
+            loop {
+                let every = Duration::from_millis(room.policy().check_in_interval_ms());
+                tokio::select! {
+                    () = watch.ended() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                match store
+                    .check_in(&room, visitor, expires, clock.now_ms())
+                    .await
+                {
+                    Ok(Some(renewed)) => expires = renewed,
+                    Ok(None) => return,
+                    // Unknown for now: asked again at the next interval.
+                    Err(_) => {}
+                }
+            }
+        })
     }
 
     /// The origin said the room is sold out: `closed`, stored for every

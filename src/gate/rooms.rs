@@ -43,7 +43,6 @@ pub struct Room {
     /// Finds the cookie name in a `Cookie` header (built once: building
     /// costs more than searching).
     pub cookie_finder: memchr::memmem::Finder<'static>,
-    pub check_in_interval_ms: u64,
     pub template: Template,
     /// Observed admission rate, for the ETA.
     pub rate: RateTracker,
@@ -56,6 +55,8 @@ pub struct Room {
     queueing: AtomicBool,
     /// Sessions this instance ended (see [`EndedHere`]).
     pub ended_here: EndedHere,
+    /// WebSocket tunnels open here, by the visitor whose session opened them.
+    pub tunnels: Arc<Tunnels>,
     clock: SharedClock,
 }
 
@@ -104,6 +105,90 @@ impl EndedHere {
     }
 }
 
+/// The WebSocket tunnels open on this instance, by the visitor whose
+/// session opened them, so that the end of that session here (the
+/// origin's revoke, the admin API's release, a reset) closes them at
+/// once. (A session ended on another instance closes them at their next
+/// check-in.)
+#[derive(Default)]
+pub struct Tunnels {
+    /// Per visitor: the signal its tunnels watch, and how many watch it.
+    open: Mutex<VisitorMap<(tokio::sync::watch::Sender<bool>, usize)>>,
+}
+
+impl Tunnels {
+    /// A watch for one tunnel of `visitor`'s, ended when its session is.
+    pub fn watch(self: &Arc<Self>, visitor: VisitorId) -> TunnelWatch {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let (sender, watching) = open
+            .entry(visitor)
+            .or_insert_with(|| (tokio::sync::watch::channel(false).0, 0));
+        *watching += 1;
+        TunnelWatch {
+            ended: sender.subscribe(),
+            visitor,
+            tunnels: self.clone(),
+        }
+    }
+
+    /// Ends the tunnels of `visitor`, or (`None`) every tunnel.
+    pub fn end(&self, visitor: Option<VisitorId>) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        match visitor {
+            Some(v) => {
+                if let Some((sender, _)) = open.get(&v) {
+                    sender.send_replace(true);
+                }
+            }
+            None => open.values().for_each(|(sender, _)| {
+                sender.send_replace(true);
+            }),
+        }
+    }
+
+    /// Visitors with a tunnel open (for tests).
+    pub fn len(&self) -> usize {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One tunnel's view of its session's end.
+pub struct TunnelWatch {
+    ended: tokio::sync::watch::Receiver<bool>,
+    visitor: VisitorId,
+    tunnels: Arc<Tunnels>,
+}
+
+impl TunnelWatch {
+    /// Resolves once the session was ended here.
+    pub async fn ended(&mut self) {
+        let _ = self.ended.wait_for(|ended| *ended).await;
+    }
+}
+
+impl Drop for TunnelWatch {
+    fn drop(&mut self) {
+        let mut open = self
+            .tunnels
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, watching)) = open.get_mut(&self.visitor) {
+            *watching -= 1;
+            if *watching == 0 {
+                open.remove(&self.visitor);
+            }
+        }
+    }
+}
+
 struct Applied {
     revision: u64,
     overrides: Option<RoomOverrides>,
@@ -139,13 +224,13 @@ impl Room {
             cookie_name: format!("{COOKIE_PREFIX}{}", config.id),
             cookie_finder: memchr::memmem::Finder::new(&format!("{COOKIE_PREFIX}{}", config.id))
                 .into_owned(),
-            check_in_interval_ms: config.check_in_interval().as_millis() as u64,
             template,
             rate: RateTracker::default(),
             metrics,
             poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
             queueing: AtomicBool::new(false),
             ended_here: EndedHere::default(),
+            tunnels: Arc::default(),
             clock,
             config,
         };
@@ -201,10 +286,13 @@ impl Room {
     }
 
     /// `visitor`'s session was ended by this instance at `now`: its tickets
-    /// check in at their next request (see [`EndedHere`]).
+    /// check in at their next request (see [`EndedHere`]). A ticket may
+    /// have been issued under another session duration than the one in
+    /// force, so the longest check-in interval is waited out.
     pub fn ended(&self, visitor: VisitorId, now: Millis) {
         self.ended_here
-            .add(visitor, now, now + self.check_in_interval_ms);
+            .add(visitor, now, now + crate::store::MAX_CHECK_IN_MS);
+        self.tunnels.end(Some(visitor));
     }
 
     /// Records whether the room is queueing new visitors.

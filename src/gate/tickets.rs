@@ -161,7 +161,7 @@ impl Tickets {
             visitor,
             grant: Grant::Admitted {
                 session_expires_ms: expires,
-                check_in_due_ms: (now + room.check_in_interval_ms).min(expires),
+                check_in_due_ms: (now + room.policy_at(now).check_in_interval_ms()).min(expires),
             },
             expires_ms: expires,
             net: Some(net),

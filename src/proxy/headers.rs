@@ -9,8 +9,9 @@ use ipnet::IpNet;
 /// Prefix of every cookie the daemon sets; such cookies never reach the origin.
 pub const COOKIE_PREFIX: &str = "waitroom_";
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1),
+/// and `HTTP2-Settings`, which only an `h2c` upgrade carries (never passed).
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
@@ -19,6 +20,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
+    HeaderName::from_static("http2-settings"),
 ];
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -154,9 +156,11 @@ fn not_from_visitors(name: &HeaderName, peer_trusted: bool) -> bool {
 /// headers in every spelling, forwarding headers a visitor made up, and
 /// our cookies. Hop-by-hop headers go too (before anything of ours is
 /// added, so `Connection: x-waitroom-visitor` cannot remove what we add),
-/// except, when `upgrades` allows it, `Upgrade` with `Connection: upgrade`.
-/// One pass over the header names. Returns whether an upgrade was kept.
-pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, upgrades: bool) -> bool {
+/// except, when `websocket` says the request is a WebSocket upgrade the
+/// gate allows (`tunnel::asks_websocket`), `Upgrade: websocket` with
+/// `Connection: upgrade`. One pass over the header names. Returns whether
+/// an upgrade was kept.
+pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, websocket: bool) -> bool {
     let mut connection = false;
     let mut upgrade = false;
     let mut doomed = false;
@@ -165,11 +169,7 @@ pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, upgrades: b
         upgrade |= name == header::UPGRADE;
         doomed |= HOP_BY_HOP.contains(name) || not_from_visitors(name, peer_trusted);
     }
-    let kept_upgrade = if upgrades && upgrade {
-        headers.get(header::UPGRADE).cloned()
-    } else {
-        None
-    };
+    let kept_upgrade = (websocket && upgrade).then(|| HeaderValue::from_static("websocket"));
     if doomed {
         let named = if connection {
             connection_named(headers)

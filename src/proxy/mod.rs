@@ -1,10 +1,13 @@
 //! Forwarding to the origin: per-worker pools of HTTP/1.1 connections
-//! (`pool`), streamed bodies both ways, header rewriting (`headers`),
-//! `Upgrade` passthrough and origin time limits.
+//! (`pool`), streamed bodies both ways (the visitor's with a time
+//! allowance, `upload`), header rewriting (`headers`), WebSocket tunnels
+//! (`tunnel`) and origin time limits.
 
 pub mod headers;
 pub mod pool;
 pub mod sign;
+pub mod tunnel;
+pub mod upload;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +16,6 @@ use http::header::HeaderName;
 use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use crate::body::{boxed, Body};
 use crate::canonical::Canonical;
@@ -35,14 +37,21 @@ pub enum OriginError {
     /// The visitor's request body broke off or was malformed (a bad chunk).
     #[error("the visitor's request body failed: {0}")]
     Downstream(String),
+    /// The visitor's request body did not arrive within its allowance.
+    #[error("the visitor's request body was too slow")]
+    BodyTooSlow,
+    /// The origin switched protocols for a request that asked for no upgrade.
+    #[error("the origin answered 101 to a request that was not an upgrade")]
+    UnaskedUpgrade,
 }
 
 impl OriginError {
     pub fn status(&self) -> StatusCode {
         match self {
             OriginError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            OriginError::Unreachable(_) => StatusCode::BAD_GATEWAY,
+            OriginError::Unreachable(_) | OriginError::UnaskedUpgrade => StatusCode::BAD_GATEWAY,
             OriginError::BadRequest(_) | OriginError::Downstream(_) => StatusCode::BAD_REQUEST,
+            OriginError::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
         }
     }
 }
@@ -57,6 +66,8 @@ pub struct Proxy {
     pools: Vec<Arc<Pool>>,
     /// Signs admitted visitors' requests when `origin.sign_key_env` is set.
     signer: Option<sign::Signer>,
+    /// The time a visitor's request body has.
+    allowance: upload::Allowance,
 }
 
 /// What the gate decided about a request, for the forwarding step.
@@ -77,10 +88,17 @@ pub struct Outbound<'a> {
     pub worker: usize,
     /// The visitor's connection is TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
+    /// Whether (and how) the request may become a WebSocket tunnel;
+    /// `None`: its `Upgrade` is dropped.
+    pub tunnel: Option<tunnel::Tunnel>,
 }
 
 impl Proxy {
-    pub fn new(origin: &OriginConfig, workers: usize) -> Result<Self, OriginError> {
+    pub fn new(
+        origin: &OriginConfig,
+        workers: usize,
+        allowance: upload::Allowance,
+    ) -> Result<Self, OriginError> {
         let parts = origin.url.clone().into_parts();
         let authority = parts
             .authority
@@ -99,8 +117,9 @@ impl Proxy {
             timeout: origin.timeout,
             signer: origin.sign_key.as_ref().map(sign::Signer::new),
             pools: (0..workers.max(1))
-                .map(|_| Pool::new(target.clone()))
+                .map(|_| Pool::new(target.clone(), origin.max_connections))
                 .collect(),
+            allowance,
         })
     }
 
@@ -117,7 +136,7 @@ impl Proxy {
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,
-        out: &Outbound<'_>,
+        out: Outbound<'_>,
     ) -> Result<(Response<Body>, Option<HeaderValue>), OriginError> {
         let target = &out.canonical.target;
         let path_and_query = if self.base_path.is_empty() {
@@ -127,10 +146,12 @@ impl Proxy {
                 .map_err(|e| OriginError::BadRequest(e.to_string()))?
         };
         *req.uri_mut() = Uri::from(path_and_query);
-        let upgrades = req.version() == Version::HTTP_11;
+        let websocket = out.tunnel.is_some()
+            && req.version() == Version::HTTP_11
+            && tunnel::asks_websocket(req.headers());
         *req.version_mut() = Version::HTTP_11;
         let headers = req.headers_mut();
-        let upgrade = headers::sanitize_inbound(headers, out.peer_trusted, upgrades);
+        let upgrade = headers::sanitize_inbound(headers, out.peer_trusted, websocket);
         let host = &out.canonical.host_header;
         let scheme = if out.tls { "https" } else { "http" };
         headers::set_forwarded(
@@ -155,6 +176,7 @@ impl Proxy {
             }
         }
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let req = req.map(|body| upload::Upload::new(body, self.allowance));
 
         let pool = self.pool(out.worker);
         let sent = tokio::time::timeout(self.timeout, pool.send(req, !upgrade)).await;
@@ -165,25 +187,17 @@ impl Proxy {
         };
 
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            if let Some(client_upgrade) = client_upgrade {
-                let origin_upgrade = hyper::upgrade::on(&mut resp);
-                tokio::spawn(async move {
-                    let (Ok(client), Ok(origin)) = tokio::join!(client_upgrade, origin_upgrade)
-                    else {
-                        tracing::debug!("upgrade handshake abandoned");
-                        return;
-                    };
-                    let mut client = TokioIo::new(client);
-                    let mut origin = TokioIo::new(origin);
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-                        tracing::debug!(error = %e, "upgraded connection closed");
-                    }
-                });
-                let (mut parts, _) = resp.into_parts();
-                let command = parts.headers.remove(&X_WAITROOM_COMMAND);
-                headers::strip_hop_by_hop(&mut parts.headers, true);
-                return Ok((Response::from_parts(parts, crate::body::empty()), command));
-            }
+            // The origin's connection is no longer HTTP, whatever follows.
+            resp.body_mut().disown();
+            let (Some(client_upgrade), Some(tunnel)) = (client_upgrade, out.tunnel) else {
+                return Err(OriginError::UnaskedUpgrade);
+            };
+            let origin_upgrade = hyper::upgrade::on(&mut resp);
+            tunnel::spawn(client_upgrade, origin_upgrade, tunnel);
+            let (mut parts, _) = resp.into_parts();
+            let command = parts.headers.remove(&X_WAITROOM_COMMAND);
+            headers::strip_hop_by_hop(&mut parts.headers, true);
+            return Ok((Response::from_parts(parts, crate::body::empty()), command));
         }
         let (mut parts, body) = resp.into_parts();
         let command = headers::sanitize_outbound(&mut parts.headers, &X_WAITROOM_COMMAND);

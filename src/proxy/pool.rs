@@ -10,6 +10,11 @@
 //! when that request's response body has been read to its end; a response
 //! dropped early closes its connection (HTTP/1 cannot abandon a response
 //! half-way), as does an upgrade (the connection becomes the tunnel).
+//!
+//! A worker holds at most `origin.max_connections` connections, busy and
+//! idle together; a request that finds them all busy waits for one to be
+//! returned or closed (within the origin timeout), so no number of stalled
+//! clients can open more.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,7 +28,9 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
+use super::upload::{TooSlow, Upload};
 use super::OriginError;
 
 /// Idle connections kept per worker; beyond it a returned one is closed.
@@ -34,6 +41,10 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a returned connection may take to become ready for its next
 /// request (its task has to see the end of the last response first).
 const READY_WITHIN: Duration = Duration::from_millis(50);
+/// Most bytes of an origin response hyper reads ahead of the client (its
+/// default is about 400 KiB): what a client that stops reading makes the
+/// daemon hold per origin connection.
+const MAX_READ_BUF: usize = 64 * 1024;
 
 /// Where the origin is and how patient to be with it.
 #[derive(Clone, Debug)]
@@ -44,7 +55,7 @@ pub struct Target {
 }
 
 struct Idle {
-    sender: SendRequest<Incoming>,
+    sender: SendRequest<Upload>,
     since: Instant,
 }
 
@@ -54,13 +65,17 @@ struct Idle {
 pub struct Pool {
     target: Target,
     idle: Mutex<Vec<Idle>>,
+    /// One permit per connection open (held by its connection task).
+    open: Arc<Semaphore>,
 }
 
 impl Pool {
-    pub fn new(target: Target) -> Arc<Self> {
+    /// Connections to `target`, at most `max_open` at once.
+    pub fn new(target: Target, max_open: usize) -> Arc<Self> {
         Arc::new(Self {
             target,
             idle: Mutex::new(Vec::new()),
+            open: Arc::new(Semaphore::new(max_open.max(1))),
         })
     }
 
@@ -70,7 +85,7 @@ impl Pool {
     /// just closed it) is sent once more on a fresh connection.
     pub async fn send(
         self: &Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<Upload>,
         reusable: bool,
     ) -> Result<Response<Pooled>, OriginError> {
         let (mut sender, reused) = self.checkout().await?;
@@ -92,30 +107,36 @@ impl Pool {
     }
 
     /// An idle connection that is ready, or a new one; and whether it was reused.
-    async fn checkout(&self) -> Result<(SendRequest<Incoming>, bool), OriginError> {
+    async fn checkout(&self) -> Result<(SendRequest<Upload>, bool), OriginError> {
+        if let Some(sender) = self.ready_idle().await {
+            return Ok((sender, true));
+        }
+        Ok((self.connect().await?, false))
+    }
+
+    /// An idle connection that is ready for a request, if any; the stale
+    /// ones met on the way are closed.
+    async fn ready_idle(&self) -> Option<SendRequest<Upload>> {
         loop {
             let idle = self
                 .idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop();
-            let Some(Idle { mut sender, since }) = idle else {
-                break;
-            };
+            let Idle { mut sender, since } = idle?;
             if sender.is_closed() || since.elapsed() > IDLE_TIMEOUT {
                 continue;
             }
             if sender.is_ready() {
-                return Ok((sender, true));
+                return Some(sender);
             }
             if let Ok(Ok(())) = tokio::time::timeout(READY_WITHIN, sender.ready()).await {
-                return Ok((sender, true));
+                return Some(sender);
             }
         }
-        Ok((self.connect().await?, false))
     }
 
-    fn checkin(&self, sender: SendRequest<Incoming>) {
+    fn checkin(&self, sender: SendRequest<Upload>) {
         if sender.is_closed() {
             return;
         }
@@ -128,7 +149,28 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Incoming>, OriginError> {
+    /// A new connection, once the worker holds fewer than its most.
+    async fn connect(&self) -> Result<SendRequest<Upload>, OriginError> {
+        let permit = match self.open.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                tracing::debug!("every origin connection of this worker is busy; waiting for one");
+                loop {
+                    // A connection put back meanwhile serves as well as a new one.
+                    tokio::select! {
+                        permit = self.open.clone().acquire_owned() => match permit {
+                            Ok(permit) => break permit,
+                            Err(_) => return Err(OriginError::Unreachable("pool closed".into())),
+                        },
+                        () = tokio::time::sleep(READY_WITHIN) => {
+                            if let Some(sender) = self.ready_idle().await {
+                                return Ok(sender);
+                            }
+                        }
+                    }
+                }
+            }
+        };
         let t = &self.target;
         let stream =
             match tokio::time::timeout(t.connect_timeout, TcpStream::connect(&t.addr)).await {
@@ -143,15 +185,22 @@ impl Pool {
             };
         let _ = stream.set_nodelay(true);
         let (sender, conn) = http1::Builder::new()
+            .max_buf_size(MAX_READ_BUF)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| unreachable_error(&e))?;
         tokio::task::spawn_local(async move {
+            let _permit = permit;
             if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "origin connection ended with an error");
             }
         });
         Ok(sender)
+    }
+
+    /// Connections open now, busy or idle (for tests).
+    pub fn open(&self, max_open: usize) -> usize {
+        max_open - self.open.available_permits()
     }
 
     /// Idle connections now (for tests).
@@ -167,6 +216,13 @@ impl Pool {
 /// visitor's own request body (a bad chunk, cut short) is "user" input to
 /// the client connection, anything else is the origin's.
 fn unreachable_error(e: &hyper::Error) -> OriginError {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<TooSlow>() {
+            return OriginError::BodyTooSlow;
+        }
+        source = s.source();
+    }
     if e.is_user() {
         OriginError::Downstream(super::error_chain(e))
     } else {
@@ -178,10 +234,15 @@ fn unreachable_error(e: &hyper::Error) -> OriginError {
 /// it has been read to the end.
 pub struct Pooled {
     body: Incoming,
-    home: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+    home: Option<(SendRequest<Upload>, Arc<Pool>)>,
 }
 
 impl Pooled {
+    /// The connection is never put back (the origin switched protocols).
+    pub fn disown(&mut self) {
+        self.home = None;
+    }
+
     fn go_home(&mut self) {
         if let Some((sender, pool)) = self.home.take() {
             pool.checkin(sender);

@@ -1,10 +1,14 @@
-//! Connection hygiene for the listeners: who may open a connection, and how
-//! long a connection may stay silent.
+//! Connection hygiene for the listeners: who may open a connection, how
+//! much one may hold, and how long it may stay silent or stalled.
 //!
 //! * Caps refuse at once: over `server.max_connections` in all, or over
-//!   `server.max_connections_per_ip` from one address, a new connection is
-//!   accepted and closed straight away, never left waiting in the backlog
-//!   where it would hold real visitors up.
+//!   `server.max_connections_per_ip` from one address (its /64 for IPv6),
+//!   a new connection is accepted and closed straight away, never left
+//!   waiting in the backlog where it would hold real visitors up. A
+//!   connection's place ([`Admission`]) is kept by a WebSocket tunnel it
+//!   turns into, for the tunnel's whole life.
+//! * The HTTP/2 connections of one address share a budget of streams
+//!   (`server.max_streams_per_ip`, see `streams`).
 //! * A connection that sends no complete request head within
 //!   `header_read_timeout` is closed, the first byte included (hyper's own
 //!   timer only starts with the first byte; before it, the HTTP version
@@ -12,8 +16,11 @@
 //!   On the TLS listener the TLS handshake gets the same bound first.
 //! * HTTP/2 has no such timer in hyper: an HTTP/2 connection (or one whose
 //!   first bytes are part of the preface) is closed once it has had no
-//!   request in flight and no traffic for `header_read_timeout`
-//!   ([`Activity`]).
+//!   request in flight for `header_read_timeout`, whatever control frames
+//!   it sends, or once one of its responses has waited `send_timeout` for
+//!   the client to take data ([`Activity`]).
+//! * Every connection's writes have a send timeout ([`SendTimeout`]): a
+//!   client that stops reading is cut off after `send_timeout`.
 //! * An overlong request line is answered 414, not 431: [`HeadWatch`] tells
 //!   hyper's "head too large" apart when no line end was read yet.
 
@@ -26,13 +33,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Duration, Instant};
 
-use crate::body::Body;
+use crate::canonical::limit_key;
 
 /// The next connection the caps admit, or `None` once `stop` changes. A
 /// failed accept (usually: out of file descriptors) waits for some to free
@@ -67,33 +73,52 @@ pub async fn accept(
     }
 }
 
-/// Open connections by client address.
-type OpenByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;
+/// What one client address holds: its open connections, and the budget
+/// of HTTP/2 streams they share.
+struct PerAddress {
+    open: usize,
+    streams: Arc<Semaphore>,
+}
+
+/// Open connections by client address (its [`limit_key`]).
+type OpenByAddress = Arc<Mutex<HashMap<IpAddr, PerAddress>>>;
 
 /// The connection caps of one listener.
 #[derive(Clone)]
 pub struct Caps {
     total: Arc<Semaphore>,
-    /// Open connections by client address; `None` for listeners where every
-    /// peer is the same (the admin listener on loopback).
-    per_ip: Option<(usize, OpenByAddress)>,
+    /// The most connections from one address, and who holds how many.
+    per_ip: (usize, OpenByAddress),
+    /// HTTP/2 streams the connections of one address may carry at once.
+    streams_per_ip: usize,
 }
 
-/// A connection's place under the caps; dropping it frees the place.
+/// A connection's place under the caps; dropping it frees the place. A
+/// WebSocket tunnel keeps its connection's place (through an `Arc`) for
+/// as long as it lives.
 pub struct Admission {
     _total: OwnedSemaphorePermit,
-    per_ip: Option<(IpAddr, OpenByAddress)>,
+    ip: IpAddr,
+    map: OpenByAddress,
+    /// The stream budget of the connection's address.
+    streams: Arc<Semaphore>,
+}
+
+impl Admission {
+    /// The HTTP/2 stream budget this connection shares with the others
+    /// from its address.
+    pub fn streams(&self) -> Arc<Semaphore> {
+        self.streams.clone()
+    }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        if let Some((ip, map)) = &self.per_ip {
-            let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(n) = map.get_mut(ip) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(ip);
-                }
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.ip) {
+            n.open -= 1;
+            if n.open == 0 {
+                map.remove(&self.ip);
             }
         }
     }
@@ -109,10 +134,14 @@ pub enum Refused {
 }
 
 impl Caps {
-    pub fn new(total: usize, per_ip: Option<usize>) -> Self {
+    /// `total` connections in all, `per_ip` from one address (its /64 for
+    /// IPv6), whose HTTP/2 connections carry `streams_per_ip` streams
+    /// together.
+    pub fn new(total: usize, per_ip: usize, streams_per_ip: usize) -> Self {
         Self {
             total: Arc::new(Semaphore::new(total)),
-            per_ip: per_ip.map(|n| (n, Arc::new(Mutex::new(HashMap::new())))),
+            per_ip: (per_ip, Arc::new(Mutex::new(HashMap::new()))),
+            streams_per_ip,
         }
     }
 
@@ -123,24 +152,22 @@ impl Caps {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Refused::Total)?;
-        let per_ip = match &self.per_ip {
-            None => None,
-            Some((limit, map)) => {
-                let mut open = map.lock().unwrap_or_else(PoisonError::into_inner);
-                let n = open.entry(ip).or_insert(0);
-                if *n >= *limit {
-                    if *n == 0 {
-                        open.remove(&ip);
-                    }
-                    return Err(Refused::PerAddress);
-                }
-                *n += 1;
-                Some((ip, map.clone()))
-            }
-        };
+        let ip = limit_key(ip);
+        let (limit, map) = &self.per_ip;
+        let mut open = map.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert_with(|| PerAddress {
+            open: 0,
+            streams: Arc::new(Semaphore::new(self.streams_per_ip)),
+        });
+        if n.open >= *limit {
+            return Err(Refused::PerAddress);
+        }
+        n.open += 1;
         Ok(Admission {
             _total: total,
-            per_ip,
+            ip,
+            map: map.clone(),
+            streams: n.streams.clone(),
         })
     }
 
@@ -296,20 +323,33 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeadWatch<T> {
     }
 }
 
-/// What an HTTP/2 connection is doing, for its idle watch: hyper has no
-/// header or idle timeout for HTTP/2, so a connection that sent only (part
-/// of) its preface, or nothing after its last request, would stay open.
-/// [`Active`] notes every read and write, [`Counted`] the requests in
-/// flight; the worker closes the connection once it has had neither
-/// traffic nor a request in flight for `header_read_timeout`.
+/// What an HTTP/2 connection is doing, for its watch (hyper has no
+/// header or idle timeout for HTTP/2, nor a send timeout for a stream whose
+/// window the client holds at 0):
+///
+/// * requests in flight, each until its response body is dropped, and
+///   when the last one started or ended: a connection with none for
+///   `header_read_timeout` is idle and closed, whatever control frames
+///   (PING, SETTINGS, WINDOW_UPDATE) keep coming;
+/// * for each response, since when it has waited for the client to take
+///   data it holds (not for the origin to send more): one that waits for
+///   `send_timeout` closes the connection, and with it everything its
+///   streams hold at the origin.
 #[derive(Clone)]
 pub struct Activity {
-    /// When the connection began; `last_ms` counts from it.
+    /// When the connection began; the times below count from it.
     start: Instant,
-    /// The last traffic, in ms after `start`.
+    /// The last request start or end, in ms after `start`.
     last_ms: Arc<AtomicU64>,
     in_flight: Arc<AtomicUsize>,
+    /// One entry per response in flight: [`WAITS_ON_ORIGIN`], or 1 + the ms
+    /// after `start` since which it has waited on the client. Entries of
+    /// finished responses are dropped when the list is next read.
+    waits: Arc<Mutex<Vec<Arc<AtomicU64>>>>,
 }
+
+/// A response that waits for the origin (or has not started) waits on nobody here.
+const WAITS_ON_ORIGIN: u64 = 0;
 
 /// A connection starting now.
 impl Default for Activity {
@@ -318,76 +358,185 @@ impl Default for Activity {
             start: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            waits: Arc::new(Mutex::new(Vec::new())),
         }
     }
 }
 
 impl Activity {
+    fn ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
     fn touch(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.last_ms.store(self.ms(), Ordering::Relaxed);
     }
 
-    fn last(&self) -> Instant {
-        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    fn at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
     }
 
-    /// When the connection is due to be closed if nothing happens until
-    /// then: `idle` after its last traffic, or, while a request is in
-    /// flight, `idle` from now (to look again).
-    pub fn due(&self, idle: Duration) -> Instant {
-        if self.in_flight.load(Ordering::Relaxed) > 0 {
-            Instant::now() + idle
-        } else {
-            self.last() + idle
+    /// Since when the longest-waiting response has waited on the client.
+    fn oldest_wait(&self) -> Option<Instant> {
+        let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        waits.retain(|w| Arc::strong_count(w) > 1);
+        waits
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .filter(|&w| w != WAITS_ON_ORIGIN)
+            .min()
+            .map(|w| self.at(w - 1))
+    }
+
+    /// When to look at the connection next: when it will have been idle
+    /// for `idle`, or when its longest-waiting response will have waited
+    /// `send_timeout`; while requests are in flight, `idle` from now at
+    /// the latest.
+    pub fn due(&self, idle: Duration, send_timeout: Duration) -> Instant {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            return self.at(self.last_ms.load(Ordering::Relaxed)) + idle;
+        }
+        let next = Instant::now() + idle;
+        match self.oldest_wait() {
+            Some(since) => next.min(since + send_timeout),
+            None => next,
         }
     }
 
-    /// Whether the connection has been idle for `idle`: no request in
-    /// flight, and no bytes in or out.
+    /// Whether the connection has had no request in flight, and none
+    /// starting or ending, for `idle`.
     pub fn idle_for(&self, idle: Duration) -> bool {
-        self.in_flight.load(Ordering::Relaxed) == 0 && self.last().elapsed() >= idle
+        self.in_flight.load(Ordering::Relaxed) == 0
+            && self.at(self.last_ms.load(Ordering::Relaxed)).elapsed() >= idle
+    }
+
+    /// Whether a response has waited on the client for `send_timeout`.
+    pub fn stalled(&self, send_timeout: Duration) -> bool {
+        self.oldest_wait()
+            .is_some_and(|since| since.elapsed() >= send_timeout)
+    }
+
+    /// A request starts: it is in flight until the returned guard drops.
+    pub fn request(&self) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        let wait = Arc::new(AtomicU64::new(WAITS_ON_ORIGIN));
+        self.waits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(wait.clone());
+        InFlight {
+            activity: self.clone(),
+            wait,
+        }
     }
 }
 
-/// An IO that notes its reads and writes in an [`Activity`].
-pub struct Active<T> {
-    io: T,
+/// One request in flight, for as long as it lives (its response body
+/// holds it).
+pub struct InFlight {
     activity: Activity,
+    wait: Arc<AtomicU64>,
 }
 
-impl<T> Active<T> {
-    pub fn new(io: T, activity: Activity) -> Self {
-        Self { io, activity }
+impl InFlight {
+    /// The response has data for the client (its head, or a chunk handed
+    /// to the connection) and waits for the client to take it.
+    pub fn waits_on_client(&self) {
+        self.wait.store(self.activity.ms() + 1, Ordering::Relaxed);
+    }
+
+    /// The response waits for the origin to send more.
+    pub fn waits_on_origin(&self) {
+        self.wait.store(WAITS_ON_ORIGIN, Ordering::Relaxed);
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.activity.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.activity.touch();
+    }
+}
+
+/// A connection's IO with a send timeout: a write (or flush) that the
+/// client does not let through for `timeout` fails, which ends the
+/// connection. A reader that never reads holds its origin connection and
+/// buffers for that long at most.
+pub struct SendTimeout<T> {
+    io: T,
+    timeout: Duration,
+    /// Armed while a write waits; made at the first wait.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
+}
+
+impl<T> SendTimeout<T> {
+    pub fn new(io: T, timeout: Duration) -> Self {
+        Self {
+            io,
+            timeout,
+            timer: None,
+            armed: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+
+    /// `polled`, unless it has waited for `timeout`.
+    fn watch<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if polled.is_ready() {
+            self.armed = false;
+            return polled;
+        }
+        let deadline = Instant::now() + self.timeout;
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                if !self.armed {
+                    timer.as_mut().reset(deadline);
+                }
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        self.armed = true;
+        if timer.as_mut().poll(cx).is_ready() {
+            self.armed = false;
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took nothing for send_timeout",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SendTimeout<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimeout<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        self.watch(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -396,10 +545,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        self.watch(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -407,68 +553,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
-/// A service that counts its requests in flight in an [`Activity`], each
-/// until its response body is done (a quiet stream, such as server-sent
-/// events, is a request in flight, not an idle connection).
-pub struct Counted<S> {
-    inner: S,
-    activity: Activity,
-}
-
-impl<S> Counted<S> {
-    pub fn new(inner: S, activity: Activity) -> Self {
-        Self { inner, activity }
-    }
-}
-
-/// One request in flight, for as long as it lives.
-struct InFlight(Activity);
-
-impl InFlight {
-    fn new(activity: &Activity) -> Self {
-        activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        Self(activity.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
-    }
-}
-
-impl<S, R> hyper::service::Service<R> for Counted<S>
-where
-    S: hyper::service::Service<R, Response = http::Response<Body>>,
-    S::Future: 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>>>>;
-
-    fn call(&self, req: R) -> Self::Future {
-        let in_flight = InFlight::new(&self.activity);
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let response = response.await?;
-            // The body keeps the request in flight until it is dropped.
-            Ok(response.map(|body| {
-                body.map_frame(move |frame| {
-                    let _ = &in_flight;
-                    frame
-                })
-                .boxed()
-            }))
-        })
+        let polled = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, polled)
     }
 }
 
@@ -479,7 +570,7 @@ mod tests {
 
     #[test]
     fn caps_refuse_over_the_total_and_per_address() {
-        let caps = Caps::new(3, Some(2));
+        let caps = Caps::new(3, 2, 10);
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let a1 = caps.admit(a).unwrap();

@@ -5,29 +5,26 @@
 
 pub mod conn;
 pub mod redirect;
+pub mod serve;
+pub mod streams;
 pub mod worker;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::{Request, Response};
+use http::Request;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admin::{Admin, Reloader};
-use crate::body::Body;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Backend, Config};
 use crate::gate::{Gate, GateError, SharedGate};
@@ -128,18 +125,30 @@ impl Daemon {
         let limits = Limits::from(config);
         let visitor_caps = conn::Caps::new(
             config.server.max_connections,
-            Some(config.server.max_connections_per_ip),
+            config.server.max_connections_per_ip,
+            config.server.max_streams_per_ip,
         );
-        let admin_caps = conn::Caps::new(config.server.max_connections, None);
+        let admin_caps = conn::Caps::new(
+            ADMIN_MAX_CONNECTIONS.min(config.server.max_connections),
+            ADMIN_MAX_CONNECTIONS_PER_IP,
+            ADMIN_MAX_STREAMS_PER_IP,
+        );
         let (certs, tls) = match &config.tls {
             None => (None, None),
             Some(t) => {
                 let resolver = Arc::new(SniResolver::new(CertMap::new(t)));
                 let acceptor = crate::tls::server_config(resolver.clone())?.into();
+                let hosts = t
+                    .certs
+                    .iter()
+                    .flat_map(|c| c.hosts.iter().cloned())
+                    .chain(config.rooms.iter().filter_map(|r| r.host.clone()))
+                    .collect();
                 let listen = TlsListen {
                     addr: t.listen,
                     acceptor,
                     redirect_http: t.redirect_http,
+                    hosts,
                 };
                 (Some(resolver), Some(listen))
             }
@@ -179,18 +188,17 @@ impl Daemon {
             loopback: admin_addr.ip().is_loopback(),
             reload,
         });
-        let admin_service = move |req: Request<Incoming>, peer: SocketAddr| {
-            let admin = admin.clone();
-            async move { admin.handle(req, peer).await }
-        };
+        let admin_listener = admin_listener
+            .into_std()
+            .map_err(|source| StartError::Bind {
+                addr: admin_addr,
+                source,
+            })?;
+        let admin_done = serve_admin(admin_listener, admin, limits, admin_caps, stopped.clone());
         let mut tasks = vec![
-            tokio::spawn(serve(
-                admin_listener,
-                admin_service,
-                limits,
-                admin_caps,
-                stopped.clone(),
-            )),
+            tokio::spawn(async move {
+                let _ = admin_done.await;
+            }),
             tokio::spawn(refresh_rooms(gates.clone(), stopped.clone())),
         ];
         let region = region.map(|(region, redis)| {
@@ -408,6 +416,8 @@ pub struct Limits {
     max_header_bytes: usize,
     header_read_timeout: Duration,
     drain_timeout: Duration,
+    max_streams_per_connection: u32,
+    send_timeout: Duration,
 }
 
 impl From<&Config> for Limits {
@@ -416,69 +426,89 @@ impl From<&Config> for Limits {
             max_header_bytes: c.server.max_header_bytes,
             header_read_timeout: c.server.header_read_timeout,
             drain_timeout: c.server.drain_timeout,
+            max_streams_per_connection: c.server.max_streams_per_connection,
+            send_timeout: c.server.send_timeout,
         }
     }
 }
 
-/// The admin listener: accepts connections until told to stop, then drains
-/// them. Connections over the cap are closed at once; a connection that
-/// sends nothing within `header_read_timeout` is closed. (Visitors are
-/// served by the `worker` threads.)
-async fn serve<S, F>(
-    listener: TcpListener,
-    service: S,
+/// The admin listener's caps: its peers are operators and scrapers, a few
+/// connections each; it shares the process's descriptors with the visitor
+/// listeners, so a flood of it must not take them.
+const ADMIN_MAX_CONNECTIONS: usize = 256;
+const ADMIN_MAX_CONNECTIONS_PER_IP: usize = 64;
+const ADMIN_MAX_STREAMS_PER_IP: usize = 256;
+
+/// The admin listener, on a thread of its own served like a visitor
+/// worker's (caps per address, the HTTP/2 watch, the send timeout):
+/// accepts connections until told to stop, then drains them. Resolves
+/// when it has.
+fn serve_admin(
+    listener: std::net::TcpListener,
+    admin: Arc<Admin>,
     limits: Limits,
     caps: conn::Caps,
     mut stop: watch::Receiver<bool>,
-) where
-    S: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
-{
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        // hyper refuses buffers under 8 KiB; headers past the buffer get 431.
-        .max_buf_size(limits.max_header_bytes.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_header_bytes.min(u32::MAX as usize) as u32);
-    let graceful = GracefulShutdown::new();
-
-    while let Some((stream, peer, admission)) = conn::accept(&listener, &caps, &mut stop).await {
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let svc = service_fn(move |req| {
-            let fut = service(req, peer);
-            async move { Ok::<_, Infallible>(fut.await) }
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (done, done_rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("waitroom-admin".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!(error = %e, "admin runtime failed to start");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "admin listener failed");
+                        return;
+                    }
+                };
+                let serving = Rc::new(serve::Serving::new(&limits));
+                let open = serve::Open::default();
+                while let Some((stream, peer, admission)) =
+                    conn::accept(&listener, &caps, &mut stop).await
+                {
+                    let _ = stream.set_nodelay(true);
+                    let admin = admin.clone();
+                    let budget = admission.streams();
+                    let (serving, stop, open) = (serving.clone(), stop.clone(), open.enter());
+                    tokio::task::spawn_local(async move {
+                        let (_open, _admission) = (open, admission);
+                        let handler = move |req: Request<Incoming>| {
+                            let admin = admin.clone();
+                            async move { admin.handle(req, peer).await }
+                        };
+                        if let Err(e) = serve::serve(stream, handler, budget, &serving, stop).await
+                        {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    });
+                }
+                drop(listener);
+                caps.close();
+                if tokio::time::timeout(limits.drain_timeout, open.all_closed())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("admin drain timed out; closing remaining connections");
+                }
+            });
+            let _ = done.send(());
         });
-        let first_byte = limits.header_read_timeout;
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            if !conn::first_byte(&stream, first_byte).await {
-                tracing::debug!(%peer, "connection closed: nothing sent");
-                drop(admission);
-                return;
-            }
-            let io = TokioIo::new(conn::HeadWatch::new(stream));
-            let conn = builder.serve_connection_with_upgrades(io, svc);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
-            drop(admission);
-        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "admin thread failed to start");
     }
-    drop(listener);
-    caps.close();
-    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain timed out; closing remaining connections");
-    }
+    done_rx
 }
 
 /// Keeps each room's runtime settings and observed admission rate fresh.

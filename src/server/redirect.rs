@@ -1,6 +1,9 @@
 //! `tls.redirect_http`: the plain listener sends every visitor to the same
 //! URL on https with a 308 (method and body kept), except the daemon's
-//! health check, which load balancers often probe over plain HTTP.
+//! health check, which load balancers often probe over plain HTTP. Only
+//! hosts the daemon serves (a certificate's names, a room's host) are
+//! redirected to: any other Host gets 400, so the redirect never sends a
+//! visitor to a name an attacker wrote.
 
 use std::sync::Arc;
 
@@ -18,11 +21,28 @@ pub struct Redirect {
     port: u16,
     /// Answered by the gate, not redirected.
     health_path: Arc<str>,
+    /// The hosts redirected to: canonical names, or `*.example.com` for
+    /// any name below `example.com`.
+    hosts: Vec<String>,
 }
 
 impl Redirect {
-    pub fn new(port: u16, health_path: Arc<str>) -> Self {
-        Self { port, health_path }
+    pub fn new(port: u16, health_path: Arc<str>, hosts: Vec<String>) -> Self {
+        Self {
+            port,
+            health_path,
+            hosts,
+        }
+    }
+
+    /// Whether `host` (canonical) is one the daemon serves.
+    fn serves(&self, host: &str) -> bool {
+        self.hosts.iter().any(|h| match h.strip_prefix("*.") {
+            Some(domain) => host
+                .strip_suffix(domain)
+                .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => h == host,
+        })
     }
 
     /// The redirect for `req`, or `None` for the health check (which the
@@ -37,6 +57,9 @@ impl Redirect {
         };
         if canonical.path() == &*self.health_path {
             return None;
+        }
+        if !self.serves(canonical.host()) {
+            return Some(respond::bad_request(Msg::BadHost, chosen));
         }
         Some(self.to_https(&canonical, chosen))
     }
@@ -59,8 +82,14 @@ impl Redirect {
 mod tests {
     use super::*;
 
+    fn redirect(port: u16) -> Redirect {
+        let hosts = ["shop.example", "[::1]", "*.cdn.example"];
+        let hosts = hosts.iter().map(|h| h.to_string()).collect();
+        Redirect::new(port, Arc::from("/__waitroom/health"), hosts)
+    }
+
     fn location(port: u16, host: &str, target: &str) -> Option<String> {
-        let redirect = Redirect::new(port, Arc::from("/__waitroom/health"));
+        let redirect = redirect(port);
         let req = Request::get(target).header("host", host).body(()).unwrap();
         let resp = redirect.answer(&req)?;
         assert_eq!(resp.status(), StatusCode::PERMANENT_REDIRECT);
@@ -90,8 +119,29 @@ mod tests {
     }
 
     #[test]
+    fn only_served_hosts_are_redirected_to() {
+        assert_eq!(
+            location(443, "a.cdn.example", "/x").as_deref(),
+            Some("https://a.cdn.example/x")
+        );
+        let redirect = redirect(443);
+        for host in [
+            "evil.example",
+            "shop.example.evil.example",
+            "cdn.example",
+            "xcdn.example",
+            "127.0.0.1",
+        ] {
+            let req = Request::get("/").header("host", host).body(()).unwrap();
+            let resp = redirect.answer(&req).unwrap();
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{host:?}");
+            assert!(resp.headers().get(header::LOCATION).is_none());
+        }
+    }
+
+    #[test]
     fn a_bad_host_is_refused_not_echoed() {
-        let redirect = Redirect::new(443, Arc::from("/__waitroom/health"));
+        let redirect = redirect(443);
         for host in ["evil.example/x", "a b", ""] {
             let req = Request::get("/").header("host", host).body(()).unwrap();
             let resp = redirect.answer(&req).unwrap();

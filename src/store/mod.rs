@@ -33,6 +33,10 @@
 //!   [`Verdict::Ended`] or `None`, never their place back. Only a store that
 //!   *lost* its data (restart, `FLUSHALL`) forgets these marks, and then the
 //!   tickets restore what they carry (I5).
+//! * A queue place that became a session is used up: it is marked ended for
+//!   `abandon_after` from the admission (as long as its ticket can poll), so
+//!   once the session is over, by expiry too, that ticket gets
+//!   [`Verdict::Ended`] and its holder is a newcomer at the back.
 
 pub mod memory;
 pub mod redis;
@@ -167,6 +171,21 @@ pub struct RoomPolicy {
     /// session does not run out before the visitor's next poll collects it.
     pub arrival_grace_ms: Millis,
     pub state: RoomState,
+}
+
+/// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
+pub const MIN_CHECK_IN_MS: Millis = 1_000;
+pub const MAX_CHECK_IN_MS: Millis = 60_000;
+
+impl RoomPolicy {
+    /// How often an admitted visitor's session is renewed in the store
+    /// under this policy: a quarter of the session, at most 60 s, at least
+    /// 1 s. It follows the session duration in force (the file's, an
+    /// event's or an operator's), so a ticket always checks in before the
+    /// session it carries runs out.
+    pub fn check_in_interval_ms(&self) -> Millis {
+        (self.session_duration_ms / 4).clamp(MIN_CHECK_IN_MS, MAX_CHECK_IN_MS)
+    }
 }
 
 /// Where a queued visitor stands.

@@ -63,6 +63,7 @@ macro_rules! store_conformance {
             reset_voids_every_queue_ticket,
             released_queue_places_stay_ended,
             an_ended_session_does_not_come_back_through_its_queue_ticket,
+            a_queue_place_that_became_a_session_is_used_up,
             session_renewal_on_extends,
             session_renewal_off_keeps_expiry,
             check_in_of_unknown_released_or_expired_is_none,
@@ -739,6 +740,46 @@ pub async fn an_ended_session_does_not_come_back_through_its_queue_ticket(h: &Ha
     admitted(r.poll(q[1].0, q[1].1, T0 + 3 * SECOND).await);
     let stats = r.stats(T0 + 3 * SECOND).await;
     assert_eq!((stats.active, stats.queued), (1, 0));
+}
+
+/// A queue place that became a session is used up: once the session is
+/// over by expiry (no release, no revoke), replaying the queue ticket that
+/// led to it makes its holder a newcomer, not the head of the queue again
+/// (the replayer took every other admission before: `B B 3 B B 4`).
+pub async fn a_queue_place_that_became_a_session_is_used_up(h: &Harness) {
+    let mut p = room("used-place");
+    p.total_active_users = 1;
+    p.session_duration_ms = 10 * SECOND;
+    p.arrival_grace_ms = 0;
+    // A queue ticket outlives the short session it led to.
+    p.abandon_after_ms = 2 * MINUTE;
+    let r = bind(h, p);
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_up(3, T0).await;
+    let (b, b_seq) = q[0];
+    // The holder's session runs out; the first in line is admitted.
+    let t1 = T0 + 11 * SECOND;
+    let b_expires = admitted(r.poll(b, b_seq, t1).await);
+    // While the session lives, its queue ticket says so.
+    assert_eq!(
+        r.poll(b, b_seq, t1 + SECOND).await,
+        Verdict::Admitted {
+            session_expires_ms: b_expires
+        }
+    );
+    // The session expires unused; the next in line polls a little late.
+    let t2 = b_expires + SECOND;
+    assert_eq!(r.poll(b, b_seq, t2).await, Verdict::Ended, "used up");
+    admitted(r.poll(q[1].0, q[1].1, t2).await);
+    assert_eq!(r.poll(b, b_seq, t2 + SECOND).await, Verdict::Ended);
+    let place = queued(r.poll(q[2].0, q[2].1, t2 + SECOND).await);
+    assert_eq!(place.position, 1, "nobody got ahead of the one who waited");
+    // As long as the ticket could poll, and it lapses before the mark.
+    assert_eq!(
+        r.poll(b, b_seq, t1 + 2 * MINUTE - SECOND).await,
+        Verdict::Ended
+    );
 }
 
 /// Renewal on: a check-in extends to `now + session_duration`, never

@@ -1,5 +1,7 @@
 //! A real fake origin on a loopback port: echo, streaming download and
-//! upload, slow answers, a WebSocket echo and the revoke command.
+//! upload, slow answers, a WebSocket echo and the revoke command; and, like
+//! an origin that speaks h2c or answers any upgrade, `101` to any other
+//! request that asks to upgrade, after which it records what arrives.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -25,6 +27,10 @@ pub struct Origin {
     pub addr: SocketAddr,
     /// TCP connections accepted so far (to see keep-alive reuse).
     pub connections: Arc<AtomicUsize>,
+    /// TCP connections open now (what the daemon holds at the origin).
+    pub open: Arc<AtomicUsize>,
+    /// Bytes that arrived through upgraded connections other than `/ws`.
+    pub tunneled: Arc<std::sync::Mutex<Vec<u8>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -39,25 +45,34 @@ impl Origin {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
-        let counter = connections.clone();
+        let open = Arc::new(AtomicUsize::new(0));
+        let tunneled = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (counter, open_now, log) = (connections.clone(), open.clone(), tunneled.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
+                open_now.fetch_add(1, Ordering::SeqCst);
+                let (open_now, log) = (open_now.clone(), log.clone());
                 tokio::spawn(async move {
-                    let svc =
-                        service_fn(|req| async move { Ok::<_, Infallible>(handle(req).await) });
+                    let svc = service_fn(move |req| {
+                        let log = log.clone();
+                        async move { Ok::<_, Infallible>(handle(req, log).await) }
+                    });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                         .await;
+                    open_now.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
         Self {
             addr,
             connections,
+            open,
+            tunneled,
             task,
         }
     }
@@ -125,8 +140,33 @@ fn reply(status: StatusCode, body: Body) -> Response<Body> {
     resp
 }
 
-async fn handle(mut req: Request<Incoming>) -> Response<Body> {
+type Log = Arc<std::sync::Mutex<Vec<u8>>>;
+
+async fn handle(mut req: Request<Incoming>, log: Log) -> Response<Body> {
     let path = req.uri().path().to_owned();
+    if path != "/ws" {
+        if let Some(protocol) = req.headers().get("upgrade").cloned() {
+            // Like Jetty or Apache with `Protocols h2c`, or an origin that
+            // switches for anyone who asks: whatever comes next is logged.
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(upgraded) = upgrade.await else { return };
+                let mut io = TokioIo::new(upgraded);
+                let mut buf = [0u8; 4096];
+                loop {
+                    match tokio::io::AsyncReadExt::read(&mut io, &mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => log.lock().unwrap().extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+            let mut resp = reply(StatusCode::SWITCHING_PROTOCOLS, waitroom::body::empty());
+            let h = resp.headers_mut();
+            h.insert("connection", "upgrade".parse().unwrap());
+            h.insert("upgrade", protocol);
+            return resp;
+        }
+    }
     match path.as_str() {
         "/download" => {
             let total = query_u64(&req, "bytes");

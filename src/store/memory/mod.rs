@@ -302,8 +302,9 @@ struct Room {
     sessions: Sessions,
     /// Sessions released, revoked or reset, kept until they would have
     /// expired so that a check-in with their ticket is refused (and not
-    /// mistaken for a session the store lost); and released queue places,
-    /// kept for `abandon_after` so that a poll cannot put them back.
+    /// mistaken for a session the store lost); and released queue places
+    /// and places that became sessions, kept for `abandon_after` so that a
+    /// poll cannot put them back.
     ended: Sessions,
     window: RateWindow,
     queue: Queue,
@@ -368,6 +369,20 @@ impl Room {
             };
             let visitor = self.queue.remove(node);
             self.admit(visitor, expires, now);
+            self.used_place(p, visitor, now);
+        }
+    }
+
+    /// A queue place became a session: it is used up. Its ticket (last
+    /// issued at or before now, good for `abandon_after`) must not put it
+    /// back once the session has ended, by expiry included.
+    fn used_place(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) {
+        if self
+            .ended
+            .get(&visitor)
+            .is_none_or(|until| until < now + p.abandon_after_ms)
+        {
+            self.ended.set(visitor, now + p.abandon_after_ms);
         }
     }
 
@@ -453,6 +468,7 @@ impl Room {
             if let Some(node) = existing {
                 self.queue.remove(node);
             }
+            self.used_place(p, visitor, now);
             return self.admit(visitor, now + p.session_duration_ms, now);
         }
         if let Some(node) = existing {

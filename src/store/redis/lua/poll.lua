@@ -39,6 +39,7 @@ local function decide()
         if queued then
             redis.call('ZREM', K_QUEUE, visitor)
             redis.call('HDEL', K_POLLS, visitor)
+            used_places({ 0, visitor })
         elseif tail then
             -- Left out when its member moves to `queue` (its session, then
             -- this mark, then its last poll say it left); marked while the

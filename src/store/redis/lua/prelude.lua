@@ -20,7 +20,9 @@
 --               ttl_slot (see `keep_alive`), admitted, queued, rejected,
 --               abandoned
 --   6 ended     ZSET visitor -> expiry of a session that was released,
---               revoked or reset: its ticket must not re-create it
+--               revoked or reset: its ticket must not re-create it; and of
+--               a queue place that became a session, until its ticket
+--               lapses (`used_places`): the ticket must not put it back
 --   7 places    ZSET visitor -> until when a released queue place stays
 --               ended (abandon_after): its ticket must not put it back
 --   8 tail      ZSET first seq -> (first seq, count, cum, offset): the back
@@ -1090,6 +1092,20 @@ local function reject(reason)
     return { REJECTED, reason }
 end
 
+-- Queue places that became sessions are used up: each is marked ended as
+-- long as its ticket could poll (abandon_after from now; the ticket was
+-- last issued at or before now), so that once the session is over (by
+-- expiry included) the ticket makes its holder a newcomer instead of
+-- putting the place back at its seq (see poll). `args` are ZADD's (score,
+-- visitor) pairs; the scores are overwritten.
+local function used_places(args)
+    local until_ms = int(now + abandon_ms)
+    for i = 1, #args, 2 do
+        args[i] = until_ms
+    end
+    redis.call('ZADD', K_ENDED, 'GT', unpack(args))
+end
+
 -- Admits waiting visitors while there is room. A promoted visitor gets its
 -- session now, with the arrival grace so it outlives the wait until the
 -- visitor's next poll collects it. Whoever stopped polling is dropped
@@ -1169,6 +1185,7 @@ local function promote()
         args[2 * i] = visitor
     end
     redis.call('ZADD', K_SESSIONS, unpack(args))
+    used_places(args)
     record_admissions(#chosen)
     active_n = active_n + #chosen
 end
