@@ -792,16 +792,22 @@ impl Gate {
         admitted: Option<Admitted>,
         upgrades: bool,
     ) -> Response<Body> {
+        // Only a request that asks for a WebSocket gets what a tunnel needs
+        // (its session's watch is a registration per tunnel).
+        let websocket = proxy::tunnel::asks_websocket(req.headers());
         let tunnel = match (&admitted, room) {
-            (Some(a), Some(room)) => Some(proxy::tunnel::Tunnel {
+            _ if !websocket => None,
+            (Some(a), Some(room)) => Some(Box::new(proxy::tunnel::Tunnel {
                 place: ctx.conn.place.clone(),
                 ended: Some(self.session_end(room, a.visitor, a.session_expires_ms)),
                 idle_timeout: self.tunnel_idle_timeout,
-            }),
-            _ => upgrades.then(|| proxy::tunnel::Tunnel {
-                place: ctx.conn.place.clone(),
-                ended: None,
-                idle_timeout: self.tunnel_idle_timeout,
+            })),
+            _ => upgrades.then(|| {
+                Box::new(proxy::tunnel::Tunnel {
+                    place: ctx.conn.place.clone(),
+                    ended: None,
+                    idle_timeout: self.tunnel_idle_timeout,
+                })
             }),
         };
         let out = Outbound {

@@ -89,8 +89,9 @@ pub struct Outbound<'a> {
     /// The visitor's connection is TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
     /// Whether (and how) the request may become a WebSocket tunnel;
-    /// `None`: its `Upgrade` is dropped.
-    pub tunnel: Option<tunnel::Tunnel>,
+    /// `None`: its `Upgrade` is dropped. (Boxed: most requests carry none,
+    /// and this travels in every request's future.)
+    pub tunnel: Option<Box<tunnel::Tunnel>>,
 }
 
 impl Proxy {
@@ -193,7 +194,7 @@ impl Proxy {
                 return Err(OriginError::UnaskedUpgrade);
             };
             let origin_upgrade = hyper::upgrade::on(&mut resp);
-            tunnel::spawn(client_upgrade, origin_upgrade, tunnel);
+            tunnel::spawn(client_upgrade, origin_upgrade, *tunnel);
             let (mut parts, _) = resp.into_parts();
             let command = parts.headers.remove(&X_WAITROOM_COMMAND);
             headers::strip_hop_by_hop(&mut parts.headers, true);

@@ -42,6 +42,9 @@ pub struct Tunnel {
 /// `Upgrade` names only `websocket` (one line), and `Connection` names
 /// `upgrade`.
 pub fn asks_websocket(headers: &HeaderMap) -> bool {
+    if !headers.contains_key(header::UPGRADE) {
+        return false;
+    }
     let mut upgrades = headers.get_all(header::UPGRADE).iter();
     let (Some(upgrade), None) = (upgrades.next(), upgrades.next()) else {
         return false;

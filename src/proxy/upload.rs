@@ -32,28 +32,40 @@ pub struct Allowance {
 #[error("the request body was not sent within its allowance")]
 pub struct TooSlow;
 
-/// A request body with its allowance (see the module docs).
-pub struct Upload {
+/// A request body with its allowance (see the module docs). A body that is
+/// empty from the start (most requests) carries nothing more than itself.
+pub enum Upload {
+    Empty(Incoming),
+    Timed(Box<Timed>),
+}
+
+pub struct Timed {
     body: Incoming,
     allowance: Allowance,
     /// Made when the body is first found waiting; its deadline moves out
     /// as bytes arrive.
     timer: Option<Pin<Box<Sleep>>>,
+    /// When the body was first read.
     started: Instant,
     received: u64,
 }
 
 impl Upload {
     pub fn new(body: Incoming, allowance: Allowance) -> Self {
-        Self {
+        if body.is_end_stream() {
+            return Upload::Empty(body);
+        }
+        Upload::Timed(Box::new(Timed {
             body,
             allowance,
             timer: None,
             started: Instant::now(),
             received: 0,
-        }
+        }))
     }
+}
 
+impl Timed {
     fn deadline(&self) -> Instant {
         let earned = Duration::from_secs_f64(self.received as f64 / self.allowance.min_rate as f64);
         self.started + self.allowance.timeout + earned
@@ -68,7 +80,14 @@ impl HttpBody for Upload {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
+        let this = match &mut *self {
+            Upload::Empty(body) => {
+                return Pin::new(body)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(Into::into)))
+            }
+            Upload::Timed(timed) => &mut **timed,
+        };
         match Pin::new(&mut this.body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -95,10 +114,16 @@ impl HttpBody for Upload {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match self {
+            Upload::Empty(body) => body.is_end_stream(),
+            Upload::Timed(timed) => timed.body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match self {
+            Upload::Empty(body) => body.size_hint(),
+            Upload::Timed(timed) => timed.body.size_hint(),
+        }
     }
 }
