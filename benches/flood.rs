@@ -101,12 +101,14 @@ fn answer(mut req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     if path.ends_with("/download") {
         let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-        let stream = futures::stream::repeat_with(move || Ok(Frame::data(chunk.clone()))).take(2000);
+        let stream =
+            futures::stream::repeat_with(move || Ok(Frame::data(chunk.clone()))).take(2000);
         return Response::new(BodyExt::boxed(StreamBody::new(stream)));
     }
     if path == "/ws" {
         if let Some(key) = req.headers().get("sec-websocket-key") {
-            let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 if let Ok(upgraded) = upgrade.await {
@@ -241,10 +243,14 @@ async fn stall(addr: SocketAddr, streams: usize, until: Instant, opened: Arc<Ato
     });
     let mut held = Vec::new();
     for _ in 0..streams {
-        let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(2), client.clone().ready()).await else {
+        let Ok(Ok(mut c)) =
+            tokio::time::timeout(Duration::from_secs(2), client.clone().ready()).await
+        else {
             break;
         };
-        let req = Request::get("http://shop.example/static/download").body(()).unwrap();
+        let req = Request::get("http://shop.example/static/download")
+            .body(())
+            .unwrap();
         match c.send_request(req, true) {
             Ok((resp, _)) => {
                 opened.fetch_add(1, Ordering::Relaxed);
@@ -289,7 +295,11 @@ async fn streams(binary: &str, origin: SocketAddr, seconds: u64) {
         let path = if n % 2 == 0 { "/" } else { "/static/download" };
         n += 1;
         let started = Instant::now();
-        let ok = match visitor.get(format!("http://{}{path}", daemon.addr)).send().await {
+        let ok = match visitor
+            .get(format!("http://{}{path}", daemon.addr))
+            .send()
+            .await
+        {
             Ok(resp) if resp.status().is_success() => {
                 // The download's first chunk is enough.
                 let mut body = resp.bytes_stream();
@@ -332,7 +342,9 @@ async fn streams(binary: &str, origin: SocketAddr, seconds: u64) {
 
 async fn tunnels(binary: &str, origin: SocketAddr) {
     let daemon = start(binary, origin, "total_active_users = 1000").await;
-    let page = reqwest::get(format!("http://{}/", daemon.addr)).await.unwrap();
+    let page = reqwest::get(format!("http://{}/", daemon.addr))
+        .await
+        .unwrap();
     let cookie = page
         .headers()
         .get("set-cookie")
@@ -342,12 +354,18 @@ async fn tunnels(binary: &str, origin: SocketAddr) {
         .to_owned();
     let mut open = Vec::new();
     for _ in 0..1200 {
-        let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
-            format!("ws://{}/ws", daemon.addr),
-        )
-        .unwrap();
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                format!("ws://{}/ws", daemon.addr),
+            )
+            .unwrap();
         req.headers_mut().insert("cookie", cookie.parse().unwrap());
-        match tokio::time::timeout(Duration::from_secs(2), tokio_tungstenite::connect_async(req)).await {
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio_tungstenite::connect_async(req),
+        )
+        .await
+        {
             Ok(Ok((ws, _))) => open.push(ws),
             _ => break,
         }
@@ -357,7 +375,10 @@ async fn tunnels(binary: &str, origin: SocketAddr) {
     let mut alive = 0;
     for ws in &mut open {
         if ws.send("ping".into()).await.is_ok()
-            && matches!(tokio::time::timeout(Duration::from_secs(2), ws.next()).await, Ok(Some(Ok(_))))
+            && matches!(
+                tokio::time::timeout(Duration::from_secs(2), ws.next()).await,
+                Ok(Some(Ok(_)))
+            )
         {
             alive += 1;
         }
@@ -388,7 +409,10 @@ async fn replay(binary: &str, origin: SocketAddr) {
             .await
             .unwrap();
         let v: serde_json::Value = resp.json().await.unwrap_or_default();
-        (v["state"].as_str().unwrap_or("").to_owned(), v["position"].as_u64().unwrap_or(0))
+        (
+            v["state"].as_str().unwrap_or("").to_owned(),
+            v["position"].as_u64().unwrap_or(0),
+        )
     };
     let arrive = || async move {
         let resp = reqwest::Client::new()
