@@ -48,6 +48,7 @@ fn room() -> RoomPolicy {
         abandon_after_ms: 120_000,
         arrival_grace_ms: 40_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -195,6 +195,7 @@ fn policy(room: &str) -> RoomPolicy {
         abandon_after_ms: 600_000,
         arrival_grace_ms: GRACE_MS,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

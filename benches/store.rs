@@ -28,6 +28,7 @@ fn policy(room: &str) -> RoomPolicy {
         abandon_after_ms: 1_000,
         arrival_grace_ms: 40_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -46,6 +46,7 @@ fn room(name: &str, cap: u64) -> RoomPolicy {
         abandon_after_ms: 600_000,
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -43,6 +43,7 @@ fn policy(cap: u64, session_ms: Millis) -> RoomPolicy {
         abandon_after_ms: 600_000,
         arrival_grace_ms: 1_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -35,6 +35,7 @@ fn any_policy() -> RoomPolicy {
         abandon_after_ms: 0,
         arrival_grace_ms: 0,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 
@@ -77,6 +78,7 @@ async fn footprint(n: u64) {
             abandon_after_ms: 3_600_000,
             arrival_grace_ms: 40_000,
             state: RoomState::Open,
+            revision: 0,
         };
         let ids: Vec<VisitorId> = (0..2 * n).map(|_| VisitorId::random()).collect();
         let before = rss_bytes();

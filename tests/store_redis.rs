@@ -40,6 +40,7 @@ fn policy(cap: u64, rate: u64) -> RoomPolicy {
         abandon_after_ms: ABANDON,
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -87,6 +87,7 @@ fn room(name: &str) -> RoomPolicy {
         abandon_after_ms: 120_000,
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

@@ -38,6 +38,7 @@ fn room(name: &str) -> RoomPolicy {
         abandon_after_ms: 120 * SECOND,
         arrival_grace_ms: 40 * SECOND,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 
@@ -272,7 +273,7 @@ async fn released_places_resets_and_lost_queues_are_seen_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rate_another_instance_applies_widens_the_frontier() {
+async fn a_rate_raised_elsewhere_is_read_before_deciding_and_widens_the_frontier() {
     let (server, store) = start().await;
     let mut p = room("raised");
     p.state = RoomState::Paused;
@@ -299,7 +300,18 @@ async fn a_rate_another_instance_applies_widens_the_frontier() {
         ..RoomOverrides::default()
     };
     store.set_overrides("raised", Some(&change)).await.unwrap();
-    let later = at + 300;
+    // This instance, still on the old rate, decides nothing: a script
+    // refuses its policy as stale, so it reads the change (the gate's
+    // guard does) and asks again.
+    let far = queued[1_900];
+    assert!(matches!(
+        store.poll(&p, far.0, far.1, at + 2_000).await,
+        Err(waitroom::store::StoreError::Stale(1))
+    ));
+    // Read, the change widens its frontier.
+    p.new_users_per_minute = 1_000;
+    p.revision = 1;
+    let later = at + 2_300;
     described(&store, &p, queued[1_500], later).await;
     let before = scripts_run(&server);
     store.poll(&p, near.0, near.1, later).await.unwrap();

@@ -213,6 +213,19 @@ impl Admin {
                 let room = self.room(id)?;
                 Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
             }
+            (&Method::GET, ["api", "rooms", id, "check"]) => {
+                let room = self.room(id)?;
+                let gate = self.gates.load_full();
+                let violations = gate.store.check(&room, gate.clock.now_ms()).await?;
+                if !violations.is_empty() {
+                    tracing::error!(room = %room.config.id, ?violations, "the room's store state breaks its layout's invariants");
+                }
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "ok": violations.is_empty(), "violations": violations }),
+                    None,
+                ))
+            }
             (&Method::PATCH, ["api", "rooms", id]) => {
                 let room = self.room(id)?;
                 let change: RoomChange = read_json(req).await?;
@@ -254,9 +267,7 @@ impl Admin {
                 let store = &gate.store;
                 let now = gate.clock.now_ms();
                 room.ended(visitor, now);
-                let released = store
-                    .call(store.shared.release(&room.policy(), visitor, now))
-                    .await?;
+                let released = store.release(&room, visitor, now).await?;
                 if released {
                     room.metrics.revoked.inc();
                 }
@@ -270,9 +281,7 @@ impl Admin {
                 let room = self.room(id)?;
                 let gate = self.gates.load_full();
                 let store = &gate.store;
-                store
-                    .call(store.shared.reset(&room.policy(), gate.clock.now_ms()))
-                    .await?;
+                store.reset(&room, gate.clock.now_ms()).await?;
                 // Every session ended: so does every tunnel one opened here.
                 room.tunnels.end(None);
                 tracing::info!(room = %room.config.id, "room reset by the operator");
@@ -325,9 +334,7 @@ impl Admin {
         let gate = self.gates.load_full();
         let policy = room.policy();
         let store = &gate.store;
-        let stats = store
-            .call(store.shared.stats(&policy, gate.clock.now_ms()))
-            .await?;
+        let stats = store.stats(room, gate.clock.now_ms()).await?;
         let c = &room.config;
         Ok(serde_json::json!({
             "id": c.id,

@@ -286,6 +286,7 @@ impl RoomConfig {
             abandon_after_ms: self.abandon_after.as_millis() as u64,
             arrival_grace_ms: self.refresh_interval.as_millis() as u64 * 2,
             state: self.state,
+            revision: 0,
         }
     }
 

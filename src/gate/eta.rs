@@ -348,6 +348,7 @@ mod tests {
             abandon_after_ms: 60_000,
             arrival_grace_ms: 10_000,
             state: RoomState::Open,
+            revision: 0,
         }
     }
 

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode};
 use crate::store::memory::MemoryStore;
-use crate::store::{RoomPolicy, SharedStore, Store, StoreError, Verdict, VisitorId};
+use crate::store::{
+    EventStart, RoomOverrides, RoomPolicy, RoomStats, RoomTotals, SharedStore, Store, StoreError,
+    Verdict, VisitorId,
+};
 use crate::telemetry::Telemetry;
 
 use super::rooms::Room;
@@ -40,7 +43,7 @@ const ORPHANS_PER_ROUND: usize = 1000;
 /// The store as the request path sees it.
 pub struct StoreGuard {
     /// The store every instance shares (memory or Redis).
-    pub shared: SharedStore,
+    shared: SharedStore,
     /// This instance's own store for `fail_mode = "local"`.
     local: Option<Arc<MemoryStore>>,
     /// Instances sharing the store: the local share is 1/instances.
@@ -87,10 +90,13 @@ impl StoreGuard {
         room: &Room,
         now: Millis,
     ) -> Result<(VisitorId, Verdict), StoreError> {
-        let policy = room.policy_at(now);
         let visitor = VisitorId::random();
+        let mut policy = room.policy_at(now);
         let shared = self
-            .timed(room, self.shared.arrive_new(&policy, visitor, now))
+            .decide(room, now, |p| {
+                policy = p.clone();
+                async move { self.shared.arrive_new(&p, visitor, now).await }
+            })
             .await;
         match shared {
             Ok(verdict) => Ok((visitor, verdict)),
@@ -118,9 +124,10 @@ impl StoreGuard {
         seq: u64,
         now: Millis,
     ) -> Result<Verdict, StoreError> {
-        let policy = room.policy_at(now);
         match self
-            .timed(room, self.shared.poll(&policy, visitor, seq, now))
+            .decide(room, now, |p| async move {
+                self.shared.poll(&p, visitor, seq, now).await
+            })
             .await
         {
             Err(e) => match self.local_policy(room) {
@@ -139,12 +146,10 @@ impl StoreGuard {
         ticket_expires: Millis,
         now: Millis,
     ) -> Result<Option<Millis>, StoreError> {
-        let policy = room.policy_at(now);
         match self
-            .timed(
-                room,
-                self.shared.check_in(&policy, visitor, ticket_expires, now),
-            )
+            .decide(room, now, |p| async move {
+                self.shared.check_in(&p, visitor, ticket_expires, now).await
+            })
             .await
         {
             Err(e) => match self.local_policy(room) {
@@ -155,6 +160,129 @@ impl StoreGuard {
             },
             ok => ok,
         }
+    }
+
+    /// Ends a visitor's session or queue place (the admin API's release;
+    /// a newcomer who got a place without its proof of work).
+    pub async fn release(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.on_room(room, now, |p| async move {
+            self.shared.release(&p, visitor, now).await
+        })
+        .await
+    }
+
+    /// Ends an admitted visitor's session by its ticket (the origin's
+    /// revoke; a ticket used from too many networks).
+    pub async fn end_session(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.on_room(room, now, |p| async move {
+            self.shared
+                .end_session(&p, visitor, ticket_expires, now)
+                .await
+        })
+        .await
+    }
+
+    /// The room's live figures (the store's periodic maintenance runs too).
+    pub async fn stats(&self, room: &Room, now: Millis) -> Result<RoomStats, StoreError> {
+        self.on_room(
+            room,
+            now,
+            |p| async move { self.shared.stats(&p, now).await },
+        )
+        .await
+    }
+
+    /// What is violated of the invariants of the room's store layout.
+    pub async fn check(&self, room: &Room, now: Millis) -> Result<Vec<String>, StoreError> {
+        self.on_room(
+            room,
+            now,
+            |p| async move { self.shared.check(&p, now).await },
+        )
+        .await
+    }
+
+    /// The room's cumulative counts.
+    pub async fn totals(&self, room: &Room) -> Result<RoomTotals, StoreError> {
+        self.call(self.shared.totals(&room.policy())).await
+    }
+
+    /// Empties the room (the admin API's reset).
+    pub async fn reset(&self, room: &Room, now: Millis) -> Result<(), StoreError> {
+        self.on_room(
+            room,
+            now,
+            |p| async move { self.shared.reset(&p, now).await },
+        )
+        .await
+    }
+
+    /// Starts the event `start` describes (once however many ask).
+    pub async fn start_event(
+        &self,
+        room: &Room,
+        start: &EventStart,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        self.on_room(room, now, |p| async move {
+            self.shared.start_event(&p, start, now).await
+        })
+        .await
+    }
+
+    /// Notes `members` in one of the room's expiring sets (see [`Store::note`]).
+    pub async fn note(
+        &self,
+        room: &Room,
+        set: &str,
+        members: &[u64],
+        until: Millis,
+        now: Millis,
+    ) -> Result<crate::store::Noted, StoreError> {
+        self.call(self.shared.note(&room.config.id, set, members, until, now))
+            .await
+    }
+
+    /// The operators' runtime changes to the room.
+    pub async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+        self.call(self.shared.overrides(room)).await
+    }
+
+    /// Replaces the operators' runtime changes to the room.
+    pub async fn set_overrides(
+        &self,
+        room: &str,
+        overrides: &RoomOverrides,
+    ) -> Result<(), StoreError> {
+        self.call(self.shared.set_overrides(room, Some(overrides)))
+            .await
+    }
+
+    /// The store's periodic upkeep, and the writes it holds back per room
+    /// (off the request path; skipped while the store is down).
+    pub async fn upkeep(&self, rooms: &[Arc<Room>], now: Millis) {
+        self.shared.upkeep().await;
+        if self.is_up() {
+            for room in rooms {
+                self.shared.flush(&room.policy_at(now), now).await;
+            }
+        }
+    }
+
+    /// The store every instance shares, unguarded (tests, reloads).
+    pub fn shared(&self) -> &SharedStore {
+        &self.shared
     }
 
     /// Runs any other call on the shared store, bounded and skipped while
@@ -229,6 +357,64 @@ impl StoreGuard {
         orphans.push((policy, visitor, arrived));
     }
 
+    /// A decision on the room's policy in force at `now`. When the store
+    /// holds newer runtime changes than this instance has applied (an
+    /// operator changed the room through another instance a moment ago),
+    /// it refuses to decide on the old ones: the changes are read and the
+    /// decision asked again, once, so nobody is told "queued" under a
+    /// limit already raised, nor admitted under one already lowered.
+    async fn decide<T, F, Fut>(&self, room: &Room, now: Millis, call: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Arc<RoomPolicy>) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.on_policy(room, now, call, true).await
+    }
+
+    /// `decide` for calls that are no visitor's decision (figures,
+    /// operators' actions): their latency is not a decision's.
+    async fn on_room<T, F, Fut>(&self, room: &Room, now: Millis, call: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Arc<RoomPolicy>) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.on_policy(room, now, call, false).await
+    }
+
+    async fn on_policy<T, F, Fut>(
+        &self,
+        room: &Room,
+        now: Millis,
+        call: F,
+        decision: bool,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut(Arc<RoomPolicy>) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut call = call;
+        let run = |fut| async move {
+            if decision {
+                self.timed(room, fut).await
+            } else {
+                self.call(fut).await
+            }
+        };
+        match run(call(room.policy_at(now))).await {
+            Err(StoreError::Stale(revision)) => {
+                tracing::debug!(room = %room.config.id, revision, "room settings changed elsewhere; reading them");
+                match self.call(self.shared.overrides(&room.config.id)).await {
+                    Ok(o) => {
+                        room.apply_overrides(o.as_ref());
+                    }
+                    Err(e) => return Err(e),
+                }
+                run(call(room.policy_at(now))).await
+            }
+            result => result,
+        }
+    }
+
     /// A decision on the shared store, with its latency recorded.
     async fn timed<T>(
         &self,
@@ -277,7 +463,8 @@ impl StoreGuard {
     }
 
     fn record<T>(&self, result: &Result<T, StoreError>) {
-        let failed = result.is_err();
+        // A refusal of stale settings is an answer: the store is up.
+        let failed = result.is_err() && !matches!(result, Err(StoreError::Stale(_)));
         let retry_at = if failed {
             (self.clock.now_ms() + RETRY_AFTER_FAILURE_MS).max(1)
         } else {

@@ -282,26 +282,21 @@ impl Gate {
             }
             self.limits.forget_idle();
         }
-        self.store.shared.upkeep().await;
+        self.store
+            .upkeep(self.rooms.all(), self.clock.now_ms())
+            .await;
         self.store.release_orphans().await;
         for room in self.rooms.all() {
             let now = self.clock.now_ms();
-            let policy = room.policy();
-            if self.store.is_up() {
-                self.store.shared.flush(&policy, now).await;
-            }
-            let stats = match self.store.call(self.store.shared.stats(&policy, now)).await {
+            let stats = match self.store.stats(room, now).await {
                 Ok(stats) => stats,
                 Err(e) => {
                     tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable");
                     continue;
                 }
             };
-            let totals = self
-                .store
-                .call(self.store.shared.totals(&policy))
-                .await
-                .ok();
+            let policy = room.policy_at(now);
+            let totals = self.store.totals(room).await.ok();
             room.rate.observe(&stats, totals.as_ref(), &policy, now);
             let full = policy.total_active_users > 0 && stats.active >= policy.total_active_users;
             room.set_queueing(stats.queued > 0 || full);
@@ -337,11 +332,7 @@ impl Gate {
     pub async fn refresh_overrides(&self) {
         for room in self.rooms.all() {
             self.start_due_event(room, self.clock.now_ms()).await;
-            match self
-                .store
-                .call(self.store.shared.overrides(&room.config.id))
-                .await
-            {
+            match self.store.overrides(&room.config.id).await {
                 Ok(o) => {
                     room.apply_overrides(o.as_ref());
                 }
@@ -355,11 +346,7 @@ impl Gate {
     /// Whether the store answers within its timeout.
     pub async fn store_ready(&self) -> bool {
         match self.rooms.all().first() {
-            Some(room) => self
-                .store
-                .call(self.store.shared.stats(&room.policy(), self.clock.now_ms()))
-                .await
-                .is_ok(),
+            Some(room) => self.store.stats(room, self.clock.now_ms()).await.is_ok(),
             None => true,
         }
     }
@@ -569,13 +556,7 @@ impl Gate {
         let set = format!("nets:{}", visitor.to_hex());
         let noted = self
             .store
-            .call(self.store.shared.note(
-                &room.config.id,
-                &set,
-                &[issued, ctx.net],
-                session_expires_ms,
-                ctx.now,
-            ))
+            .note(room, &set, &[issued, ctx.net], session_expires_ms, ctx.now)
             .await;
         match noted {
             Ok(n) if n.size > self.tickets.max_networks => {
@@ -587,13 +568,11 @@ impl Gate {
                     limit = self.tickets.max_networks,
                     "an admitted ticket was used from too many networks; its session is ended"
                 );
-                let policy = room.policy_at(ctx.now);
-                let ended =
-                    self.store
-                        .shared
-                        .end_session(&policy, visitor, session_expires_ms, ctx.now);
                 room.ended(visitor, ctx.now);
-                if let Err(e) = self.store.call(ended).await {
+                let ended = self
+                    .store
+                    .end_session(room, visitor, session_expires_ms, ctx.now);
+                if let Err(e) = ended.await {
                     tracing::warn!(room = %room.config.id, error = %e, "shared session not ended");
                 }
                 self.new_visitor(room, req, ctx).await
@@ -668,10 +647,7 @@ impl Gate {
             // without the proof of work, like everyone after it.
             Verdict::Queued(_) if room.config.proof_of_work > 0 && !proven => {
                 room.set_queueing(true);
-                let policy = room.policy_at(ctx.now);
-                self.store
-                    .call(self.store.shared.release(&policy, visitor, ctx.now))
-                    .await?;
+                self.store.release(room, visitor, ctx.now).await?;
                 return Ok(Decision::Challenge(self.challenge(room, ctx.now)));
             }
             Verdict::Queued(_) => {
@@ -703,13 +679,7 @@ impl Gate {
                 Some(Ok(solved)) => {
                     let noted = self
                         .store
-                        .call(self.store.shared.note(
-                            id,
-                            "proofs",
-                            &[solved.nonce],
-                            solved.expires_ms,
-                            ctx.now,
-                        ))
+                        .note(room, "proofs", &[solved.nonce], solved.expires_ms, ctx.now)
                         .await?;
                     if noted.added == 1 {
                         return Ok(Proof::Proven);
@@ -851,13 +821,11 @@ impl Gate {
             return resp;
         };
         if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
-            let policy = room.policy_at(ctx.now);
-            let ended =
-                self.store
-                    .shared
-                    .end_session(&policy, visitor, session_expires_ms, ctx.now);
             room.ended(visitor, ctx.now);
-            match self.store.call(ended).await {
+            let ended = self
+                .store
+                .end_session(room, visitor, session_expires_ms, ctx.now);
+            match ended.await {
                 Ok(_) => {
                     room.metrics.revoked.inc();
                 }
@@ -940,7 +908,7 @@ impl Gate {
         change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,
     ) -> Result<(), AmendError> {
         let store = &self.store;
-        let mut o = match store.call(store.shared.overrides(&room.config.id)).await? {
+        let mut o = match store.overrides(&room.config.id).await? {
             Some(o) if o.config_fingerprint == room.fingerprint => o,
             _ => RoomOverrides {
                 config_fingerprint: room.fingerprint,
@@ -950,9 +918,7 @@ impl Gate {
         let events = room.events().iter().map(|e| e.spec.clone()).collect();
         change(&mut o, events).map_err(AmendError::Refused)?;
         o.revision += 1;
-        store
-            .call(store.shared.set_overrides(&room.config.id, Some(&o)))
-            .await?;
+        store.set_overrides(&room.config.id, &o).await?;
         room.apply_overrides(Some(&o));
         Ok(())
     }
@@ -966,10 +932,7 @@ impl Gate {
             return;
         };
         let start = event.spec.start(rand::random());
-        let outcome = self
-            .store
-            .call(self.store.shared.start_event(&in_force.policy, &start, now))
-            .await;
+        let outcome = self.store.start_event(room, &start, now).await;
         match &outcome {
             Ok(shuffled) => tracing::info!(
                 room = %room.config.id,

@@ -321,7 +321,7 @@ impl Room {
     /// operator's changes, and puts it in force.
     fn settle(&self, applied: &Applied, now: Millis) -> Arc<InForce> {
         let (phase, event, next_change_ms) = schedule::phase_at(&applied.events, now);
-        let policy =
+        let mut policy =
             schedule::policy_in(
                 &self.base_policy,
                 phase,
@@ -331,6 +331,10 @@ impl Room {
                     None => p.clone(),
                 },
             );
+        // The revision read, applied or not (changes made against an older
+        // config file are read and dropped): the store then knows this
+        // instance has seen them.
+        policy.revision = applied.revision;
         let previous = self.in_force.load_full();
         if *previous.policy != policy || previous.phase != phase {
             tracing::info!(
@@ -368,12 +372,14 @@ impl Room {
     /// this instance applied at once. Missing overrides, or overrides made
     /// against another config, count as revision 0.
     pub fn apply_overrides(&self, overrides: Option<&RoomOverrides>) -> bool {
-        let (overrides, revision) = match overrides {
-            Some(o) if o.config_fingerprint == self.fingerprint => (Some(o.clone()), o.revision),
-            _ => (None, 0),
-        };
+        let revision = overrides.map_or(0, |o| o.revision);
+        let overrides = overrides
+            .filter(|o| o.config_fingerprint == self.fingerprint)
+            .cloned();
         let mut applied = self.lock_applied();
-        if revision < applied.revision || applied.overrides == overrides {
+        if revision < applied.revision
+            || (applied.overrides == overrides && applied.revision == revision)
+        {
             return false;
         }
         let events = match overrides.as_ref().and_then(|o| o.events.as_ref()) {
@@ -406,7 +412,11 @@ impl Room {
         applied.events = events;
         let before = self.in_force.load_full().policy.clone();
         let after = self.settle(&applied, self.clock.now_ms());
-        *before != *after.policy
+        // Whether the settings changed (the revision read changes with any).
+        RoomPolicy {
+            revision: after.policy.revision,
+            ..(*before).clone()
+        } != *after.policy
     }
 
     /// Whether this request skips the waiting room (SPEC §4 step 3).

@@ -297,7 +297,7 @@ impl Live {
         let current = self.gates.load_full();
         let next = Gate::new(
             config,
-            current.store.shared.clone(),
+            current.store.shared().clone(),
             current.clock.clone(),
             self.telemetry.clone(),
         )?;

@@ -39,6 +39,7 @@
 //!   [`Verdict::Ended`] and its holder is a newcomer at the back.
 
 pub mod memory;
+pub mod model;
 pub mod redis;
 
 use std::fmt;
@@ -68,6 +69,34 @@ pub fn next_seq(now_ms: Millis, last_seq: u64) -> u64 {
 /// more than `SEQ_PER_MS` arrivals in one millisecond reads a little later).
 pub fn seq_arrival_ms(seq: u64) -> Millis {
     seq / SEQ_PER_MS + SEQ_EPOCH_MS
+}
+
+/// The one shuffle of an event's start: every backend (Redis' included,
+/// `lua/start_event.lua`) puts a prequeue in the same order for the same
+/// seed. Fisher-Yates over MINSTD (Park-Miller), whose products stay below
+/// 2^53, so Lua's doubles compute them exactly.
+pub fn shuffle<T>(items: &mut [T], seed: u64) {
+    let mut x = minstd_seed(seed);
+    for i in (1..items.len()).rev() {
+        x = x * 48_271 % 2_147_483_647;
+        let j = (x % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// The first of the `n` seqs an event's shuffle gives the prequeue that
+/// started at `lo`: just below `lo`, so still behind nobody who arrived
+/// before the prequeue and ahead of everyone after the start, but above the
+/// reset `floor` (a reset just before the prequeue leaves no room below
+/// `lo`), so no shuffled place looks void. Never at or past the start's seq:
+/// `n` places had seqs in the prequeue, above the floor.
+pub fn shuffled_first(lo: u64, n: u64, floor: u64) -> u64 {
+    lo.saturating_sub(n).max(floor + 1)
+}
+
+/// The MINSTD state a seed starts [`shuffle`] from (1 to 2^31 - 2).
+pub fn minstd_seed(seed: u64) -> u64 {
+    seed % 2_147_483_646 + 1
 }
 
 /// A visitor's random, opaque identity (128 bits).
@@ -171,6 +200,11 @@ pub struct RoomPolicy {
     /// session does not run out before the visitor's next poll collects it.
     pub arrival_grace_ms: Millis,
     pub state: RoomState,
+    /// The revision of the operators' runtime changes this policy reflects
+    /// (0: none). A store that holds a newer one refuses to decide on this
+    /// policy ([`StoreError::Stale`]): the caller reads the new changes
+    /// and asks again.
+    pub revision: u64,
 }
 
 /// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
@@ -378,6 +412,7 @@ impl RoomOverrides {
     pub fn apply(&self, base: &RoomPolicy) -> RoomPolicy {
         let mut p = base.clone();
         self.settings.apply(&mut p);
+        p.revision = self.revision;
         if let Some(v) = self.state {
             p.state = v;
         }
@@ -397,6 +432,13 @@ pub enum StoreError {
     Unavailable(String),
     #[error("store answered something unexpected: {0}")]
     Protocol(String),
+    /// The room's runtime changes in the store are newer (this revision)
+    /// than those of the policy the call carried.
+    #[error("room settings changed (revision {0}); read them again")]
+    Stale(u64),
+    /// The room's keys were written by a layout this build does not read.
+    #[error("room keys written by layout {0}, which this build does not read")]
+    Layout(u64),
 }
 
 /// The shared state of every room. See the module docs for the semantics.
@@ -535,6 +577,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
+
+    /// Checks the room's state against the invariants of its layout (the
+    /// relations between what a backend keeps in several places) and says
+    /// what is violated, one sentence each; empty when nothing is. The
+    /// property tests call it after every step; operators reach it through
+    /// the admin API (`GET /api/rooms/{id}/check`).
+    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        let _ = (room, now_ms);
+        Ok(Vec::new())
+    }
 
     /// Periodic upkeep the daemon runs every few seconds, off the request
     /// path (Redis: re-measures the server clock that deadlines are set in).

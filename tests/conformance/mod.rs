@@ -124,6 +124,7 @@ fn room(case: &str) -> RoomPolicy {
         abandon_after_ms: ABANDON,
         arrival_grace_ms: GRACE,
         state: RoomState::Open,
+        revision: 0,
     }
 }
 

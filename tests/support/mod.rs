@@ -198,7 +198,7 @@ impl Harness {
 
     /// The daemon's store.
     pub fn store(&self) -> SharedStore {
-        self.daemon.gate().store.shared.clone()
+        self.daemon.gate().store.shared().clone()
     }
 
     /// The policy in force for the first room.

@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::{
     next_seq, EventStart, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
@@ -105,6 +105,12 @@ impl MemoryStore {
             }
             None => false,
         })
+    }
+
+    /// Forgets the room's whole state, as a store that lost its data would
+    /// (the property tests' loss; overrides are kept apart and stay).
+    pub fn forget_room(&self, room: &RoomPolicy) {
+        self.with_room(room, |r| *r = Room::new());
     }
 
     fn room(&self, id: &Arc<str>) -> Arc<Mutex<Room>> {
@@ -210,6 +216,10 @@ impl Store for MemoryStore {
         Ok(self.with_room(room, |r| r.stats(room, now_ms)))
     }
 
+    async fn check(&self, room: &RoomPolicy, _now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        Ok(self.with_room(room, |r| r.violations()))
+    }
+
     async fn note(
         &self,
         room: &str,
@@ -266,9 +276,14 @@ impl Store for MemoryStore {
             if !event.shuffle {
                 return 0;
             }
-            let mut rng = rand::rngs::StdRng::seed_from_u64(event.seed);
-            r.queue
-                .shuffle_range(event.prequeue_seq, event.start_seq, &mut rng, now_ms)
+            let floor = r.reset_floor;
+            r.queue.shuffle_range(
+                event.prequeue_seq,
+                event.start_seq,
+                floor,
+                event.seed,
+                now_ms,
+            )
         }))
     }
 
@@ -463,8 +478,13 @@ impl Room {
             }
             return Verdict::Rejected(RejectReason::Closed);
         }
-        // No limits to wait for, unless the room is paused.
+        // No limits to wait for, unless the room is paused; but an ended
+        // place stays ended (the visitor is a newcomer, as anywhere else).
         if p.method == QueueingMethod::Passthrough && p.state != RoomState::Paused {
+            if existing.is_none() && (seq <= self.reset_floor || self.ended.get(&visitor).is_some())
+            {
+                return Verdict::Ended;
+            }
             if let Some(node) = existing {
                 self.queue.remove(node);
             }
@@ -565,6 +585,28 @@ impl Room {
     fn end(&mut self, p: &RoomPolicy, visitor: VisitorId, expires: Millis, now: Millis) {
         self.ended
             .set(visitor, expires.max(now + p.abandon_after_ms));
+    }
+
+    /// What is violated of the room's indexes agreeing with each other.
+    fn violations(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.sessions.violations("sessions", &mut out);
+        self.ended.violations("ended", &mut out);
+        self.window.violations(&mut out);
+        if let Some(top) = self.queue.violations(&mut out) {
+            if top > self.last_seq {
+                out.push(format!("queue: seq {top} above last_seq {}", self.last_seq));
+            }
+        }
+        let first =
+            (self.queue.len() > 0).then(|| self.queue.place(self.queue.entries.select(0)).seq);
+        if first.is_some_and(|s| s <= self.reset_floor) {
+            out.push(format!(
+                "queue: a seq at or below the reset floor {}",
+                self.reset_floor
+            ));
+        }
+        out
     }
 
     fn stats(&mut self, p: &RoomPolicy, now: Millis) -> RoomStats {

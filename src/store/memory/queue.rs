@@ -59,14 +59,16 @@ impl Queue {
         self.entries.touch(node, now);
     }
 
-    /// Gives the entries with a `seq` in `lo..hi` the `seq`s just below `lo`,
-    /// in an order drawn from `rng`; returns how many moved. Their
-    /// abandonment clock starts again at `now`.
+    /// Gives the entries with a `seq` in `lo..hi` the `seq`s just below `lo`
+    /// (but above `floor`, the reset floor: see [`crate::store::shuffled_first`]), in the
+    /// order [`crate::store::shuffle`] draws from `seed`; returns how many
+    /// moved. Their abandonment clock starts again at `now`.
     pub(super) fn shuffle_range(
         &mut self,
         lo: u64,
         hi: u64,
-        rng: &mut impl rand::Rng,
+        floor: u64,
+        seed: u64,
         now: Millis,
     ) -> u64 {
         let mut moved: Vec<VisitorId> = (0..self.len())
@@ -79,12 +81,37 @@ impl Queue {
                 self.remove(node);
             }
         }
-        rand::seq::SliceRandom::shuffle(moved.as_mut_slice(), rng);
-        let first = lo.saturating_sub(moved.len() as u64);
+        crate::store::shuffle(moved.as_mut_slice(), seed);
+        let first = crate::store::shuffled_first(lo, moved.len() as u64, floor);
         for (i, visitor) in moved.iter().enumerate() {
             self.insert(first + i as u64, *visitor, now);
         }
         moved.len() as u64
+    }
+
+    /// What is violated of: one entry per visitor, found by visitor, in
+    /// (seq, visitor) order by rank; the highest seq (for `last_seq`).
+    pub(super) fn violations(&self, out: &mut Vec<String>) -> Option<u64> {
+        if self.by_visitor.len() != self.entries.len() {
+            out.push(format!(
+                "queue: {} entries, {} by visitor",
+                self.entries.len(),
+                self.by_visitor.len()
+            ));
+        }
+        let mut last: Option<Key> = None;
+        for k in 0..self.len() {
+            let node = self.entries.select(k);
+            let key = self.entries.key(node);
+            if last.is_some_and(|l| l >= key) {
+                out.push(format!("queue: rank {k} is out of order"));
+            }
+            if self.find(&key.visitor) != Some(node) {
+                out.push(format!("queue: {} is not found at its entry", key.visitor));
+            }
+            last = Some(key);
+        }
+        last.map(|k| k.seq)
     }
 
     /// Removes entries last polled before `cutoff`; returns how many.

@@ -42,6 +42,25 @@ impl Sessions {
         self.by_expiry.insert((expires, visitor));
     }
 
+    /// What is violated of: the map and the expiry index hold the same
+    /// pairs.
+    pub(super) fn violations(&self, what: &str, out: &mut Vec<String>) {
+        if self.expiry.len() != self.by_expiry.len() {
+            out.push(format!(
+                "{what}: {} by visitor, {} by expiry",
+                self.expiry.len(),
+                self.by_expiry.len()
+            ));
+        }
+        for (at, visitor) in &self.by_expiry {
+            if self.expiry.get(visitor) != Some(at) {
+                out.push(format!(
+                    "{what}: {visitor} indexed at {at}, not in the map so"
+                ));
+            }
+        }
+    }
+
     pub(super) fn remove(&mut self, visitor: &VisitorId) -> bool {
         match self.expiry.remove(visitor) {
             Some(old) => {
@@ -89,6 +108,25 @@ impl RateWindow {
 
     pub(super) fn count(&self) -> u64 {
         self.total
+    }
+
+    /// What is violated of: runs in time order, their counts summed in `total`.
+    pub(super) fn violations(&self, out: &mut Vec<String>) {
+        let sum: u64 = self.runs.iter().map(|(_, n)| n).sum();
+        if sum != self.total {
+            out.push(format!(
+                "window: runs hold {sum}, the total says {}",
+                self.total
+            ));
+        }
+        if self
+            .runs
+            .iter()
+            .zip(self.runs.iter().skip(1))
+            .any(|(a, b)| a.0 >= b.0)
+        {
+            out.push("window: runs out of time order".into());
+        }
     }
 
     pub(super) fn oldest(&self) -> Option<Millis> {

@@ -1,12 +1,14 @@
-//! The room scripts as one Redis function library (Redis 7 `FUNCTION LOAD`,
-//! called with `FCALL`).
+//! The room functions as one Redis function library (Redis 7 `FUNCTION
+//! LOAD`, called with `FCALL`).
 //!
-//! Every room script starts from the same prelude (`lua/prelude.lua`): some
-//! thirty helper functions and the room policy read from the arguments. Sent
-//! as scripts, Redis would build those helpers again before every call, which
-//! cost about 60,000 instructions a call: more than a whole batch of
-//! admissions. In a library they are built once, when the library is
-//! loaded, and each call only reads its arguments (`begin`).
+//! The library is the wire's constants (`wire::lua_constants`), then the
+//! shared code in `lua/lib/` (each file names, in its header, the keys it
+//! reads and writes and the invariants it keeps), then each room function
+//! from `lua/*.lua`, registered as a function that begins with `begin`
+//! (its context `c`, or a refusal). Sent as scripts, Redis would build the
+//! helpers again before every call, which cost about 60,000 instructions a
+//! call: more than a whole batch of admissions. In a library they are
+//! built once, when the library is loaded.
 //!
 //! The library's name and its functions' names carry a hash of the code, so
 //! instances running different versions never replace each other's
@@ -18,8 +20,20 @@
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Value};
 
-/// One room script: its name, and its file (run after the prelude).
-const ROOM_SCRIPTS: [(RoomFn, &str, &str); 10] = [
+use super::wire::{lua_constants, Layout};
+
+/// The shared code, in the order each file's helpers are needed.
+const LIB: [(&str, &str); 6] = [
+    ("ctx", include_str!("lua/lib/ctx.lua")),
+    ("sessions", include_str!("lua/lib/sessions.lua")),
+    ("window", include_str!("lua/lib/window.lua")),
+    ("head", include_str!("lua/lib/head.lua")),
+    ("tail", include_str!("lua/lib/tail.lua")),
+    ("room", include_str!("lua/lib/room.lua")),
+];
+
+/// One room function: its name, and its file (run with the call's context `c`).
+const ROOM_SCRIPTS: [(RoomFn, &str, &str); 11] = [
     (
         RoomFn::Arrive,
         "arrive",
@@ -54,9 +68,8 @@ const ROOM_SCRIPTS: [(RoomFn, &str, &str); 10] = [
         include_str!("lua/region_apply.lua"),
     ),
     (RoomFn::Reset, "reset", include_str!("lua/reset.lua")),
+    (RoomFn::Check, "check", include_str!("lua/check.lua")),
 ];
-
-const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// The room functions.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -71,6 +84,7 @@ pub(crate) enum RoomFn {
     RegionBegin,
     RegionApply,
     Reset,
+    Check,
 }
 
 /// The library's code and its functions' versioned names.
@@ -80,24 +94,31 @@ pub(crate) struct Library {
 }
 
 impl Library {
-    pub(crate) fn new() -> Self {
-        let mut source = String::from(PRELUDE);
+    /// The library of this build, with the sizes of `layout` (its
+    /// constants come first: `wire::lua_constants`).
+    pub(crate) fn new(layout: &Layout) -> Self {
+        let mut shared = lua_constants(layout);
+        for (_, file) in LIB {
+            shared.push_str(file);
+        }
+        let mut source = shared.clone();
         for (_, _, body) in ROOM_SCRIPTS {
             source.push_str(body);
         }
         // A short hash is enough to tell versions apart; the code is ours.
         let hash = redis::Script::new(&source).get_hash().to_string();
         let version = &hash[..12];
-        let mut code = format!("#!lua name=waitroom_{version}\n{PRELUDE}\n");
+        let mut code = format!("#!lua name=waitroom_{version}\n{shared}\n");
         let mut names = Vec::with_capacity(ROOM_SCRIPTS.len());
         for (i, (f, name, body)) in ROOM_SCRIPTS.into_iter().enumerate() {
             debug_assert_eq!(f as usize, i);
             let name = format!("waitroom_{version}_{name}");
-            // `begin` refuses a call whose caller has given up on it.
+            // `begin` refuses a call whose caller gave up on it, or that
+            // would decide on a layout or settings this call cannot trust.
             code.push_str(&format!(
                 "redis.register_function('{name}', function(keys, args)\n\
-                 local refused = begin(keys, args)\n\
-                 if refused then return refused end\n\
+                 local c = begin(keys, args)\n\
+                 if c.refused then return c.refused end\n\
                  {body}\nend)\n"
             ));
             names.push(name);
@@ -150,7 +171,7 @@ mod tests {
 
     #[test]
     fn every_function_is_registered_under_its_versioned_name() {
-        let lib = Library::new();
+        let lib = Library::new(&Layout::production());
         assert!(lib.code().starts_with("#!lua name=waitroom_"));
         for (f, name, _) in ROOM_SCRIPTS {
             let full = &lib.names[f as usize];
@@ -161,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_call_sends_its_key_count_keys_then_arguments() {
-        let lib = Library::new();
+        let lib = Library::new(&Layout::production());
         let keys = ["a".to_string(), "b".to_string(), "c".to_string()];
         let mut call = lib.call(RoomFn::Poll, &keys);
         call.arg(7).arg("x");

@@ -20,6 +20,9 @@ mod arrivals;
 pub mod frontier;
 mod library;
 pub mod region;
+mod wire;
+
+pub use wire::{Layout, LAYOUT_VERSION};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -33,12 +36,13 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, Script, ScriptInvocation, Value};
 
 use super::{
-    EventStart, Millis, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
-    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+    EventStart, Millis, Noted, QueueingMethod, RoomOverrides, RoomPolicy, RoomState, RoomStats,
+    RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
 use library::{Library, RoomFn};
+use wire::{as_u64, decode_verdict, decode_verdicts, ints, protocol};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
@@ -99,7 +103,15 @@ struct Inner {
     frontier_min_queue: AtomicU64,
     /// Region mode (`region`): set once, before the first visitor.
     region: std::sync::OnceLock<Arc<dyn region::Anywhere>>,
+    /// The layout the room functions were built for.
+    layout: Layout,
+    /// A room's layout was refused (logged once, loudly).
+    layout_refused: std::sync::atomic::AtomicBool,
 }
+
+/// Most calls one poll makes while promotion moves toward its visitor
+/// (`wire::Tag::More`): a place a million back within the free room.
+const MAX_POLL_ROUNDS: usize = 1_000;
 
 /// The offset is not known yet: scripts then run without a deadline.
 const OFFSET_UNKNOWN: i64 = i64::MIN;
@@ -154,12 +166,31 @@ impl RedisStore {
         Self::connect_with_ca(urls, timeout, None).await
     }
 
+    /// As [`RedisStore::connect`], with the room functions built for
+    /// `layout` (tests: small sizes, or another layout version).
+    pub async fn connect_with_layout(
+        urls: &[String],
+        timeout: Duration,
+        layout: Layout,
+    ) -> Result<Self, StoreError> {
+        Self::open(urls, timeout, None, layout).await
+    }
+
     /// As [`RedisStore::connect`]; `rediss://` servers are checked against
     /// the CAs in `ca` (PEM) when given, else against the system's roots.
     pub async fn connect_with_ca(
         urls: &[String],
         timeout: Duration,
         ca: Option<Vec<u8>>,
+    ) -> Result<Self, StoreError> {
+        Self::open(urls, timeout, ca, Layout::production()).await
+    }
+
+    async fn open(
+        urls: &[String],
+        timeout: Duration,
+        ca: Option<Vec<u8>>,
+        layout: Layout,
     ) -> Result<Self, StoreError> {
         // The client builds its rustls config with the process default provider.
         if urls.iter().any(|u| u.starts_with("rediss://")) {
@@ -205,7 +236,7 @@ impl RedisStore {
         let store = Self {
             inner: Arc::new(Inner {
                 conn,
-                library: Library::new(),
+                library: Library::new(&layout),
                 scripts: Scripts::new(),
                 timeout,
                 clock_offset_us: AtomicI64::new(OFFSET_UNKNOWN),
@@ -213,6 +244,8 @@ impl RedisStore {
                 frontiers: Frontiers::default(),
                 frontier_min_queue: AtomicU64::new(frontier::MIN_QUEUE),
                 region: std::sync::OnceLock::new(),
+                layout,
+                layout_refused: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         if let Err(e) = store.sync_clock().await {
@@ -305,14 +338,26 @@ impl Inner {
 
     /// Runs one room function call, bounded by the store timeout.
     async fn run_room(&self, call: &redis::Cmd) -> Result<Value, StoreError> {
-        match self.conn.clone() {
+        let result = match self.conn.clone() {
             Connection::Single(mut c) => {
                 bounded(self.timeout, self.library.run(&mut c, call)).await?
             }
             Connection::Cluster(mut c) => {
                 bounded(self.timeout, self.library.run(&mut c, call)).await?
             }
+        };
+        if let Err(StoreError::Layout(version)) = &result {
+            if !self.layout_refused.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    layout = version,
+                    reads = %format!("{}..={}", self.layout.oldest, self.layout.version),
+                    "a room's keys in Redis were written by a layout this build does not read: \
+                     it decides nothing for that room (store.fail_mode answers) until a build \
+                     that reads it replaces this one"
+                );
+            }
         }
+        result
     }
 
     /// A room function call with the policy, `now` and a deadline as its
@@ -337,18 +382,7 @@ impl Inner {
             &"rate_grant"
         };
         // One argument, parsed once per distinct string by the prelude.
-        let policy = format!(
-            "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
-            room.new_users_per_minute,
-            room.session_duration_ms,
-            u8::from(room.session_renewal),
-            method_name(room.method),
-            room.max_queue_length,
-            room.abandon_after_ms,
-            room.arrival_grace_ms,
-            state_name(room.state),
-            key_ttl_ms(room)
-        );
+        let policy = wire::policy_arg(room, cap, key_ttl_ms(room));
         inv.arg(now_ms).arg(policy).arg(deadline_us);
         inv
     }
@@ -437,7 +471,10 @@ impl Inner {
     }
 
     /// `release`: a session in `batches` is looked up among the batches
-    /// ending within what the caller knows of its expiry.
+    /// ending within what the caller knows of its expiry. Knowing nothing,
+    /// the function reads the batches and the tail a bounded part a call
+    /// and says where to go on (`lua/release.lua`): no call holds Redis long
+    /// however many sessions and places the room has.
     async fn release(
         &self,
         room: &RoomPolicy,
@@ -446,26 +483,36 @@ impl Inner {
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
-        inv.arg(visitor.to_hex());
-        match expiry {
-            Expiry::Unknown => {}
-            Expiry::Ticket(at) => {
-                inv.arg(at).arg(at);
-            }
-            Expiry::From(at) => {
-                inv.arg(at);
+        let hex = visitor.to_hex();
+        let (min, max) = match expiry {
+            Expiry::Unknown => (String::new(), String::new()),
+            Expiry::Ticket(at) => (at.to_string(), at.to_string()),
+            Expiry::From(at) => (at.to_string(), String::new()),
+        };
+        let mut cursor = String::from("b:0");
+        // Each part is bounded; so is their number (a room of ten million).
+        for _ in 0..100_000 {
+            let mut inv =
+                self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
+            inv.arg(&hex).arg(&min).arg(&max).arg(&cursor);
+            match self.run_room(&inv).await? {
+                Value::Int(0) => return Ok(false),
+                Value::Int(1) => {
+                    // Its ticket must now get "ended", which only the function says.
+                    self.frontiers.forget(&room.room);
+                    return Ok(true);
+                }
+                Value::Array(next) => match next.as_slice() {
+                    [Value::BulkString(b)] => cursor = String::from_utf8_lossy(b).into_owned(),
+                    [Value::SimpleString(s)] => cursor = s.clone(),
+                    _ => return Err(protocol("release", &Value::Array(next))),
+                },
+                v => return Err(protocol("release", &v)),
             }
         }
-        match self.run_room(&inv).await? {
-            Value::Int(0) => Ok(false),
-            Value::Int(1) => {
-                // Its ticket must now get "ended", which only the script says.
-                self.frontiers.forget(&room.room);
-                Ok(true)
-            }
-            v => Err(protocol("release", &v)),
-        }
+        Err(StoreError::Protocol(
+            "release: the search did not end".into(),
+        ))
     }
 
     /// One `arrive_many` call: a verdict per visitor, `None` for one held
@@ -562,6 +609,8 @@ impl StoreError {
             StoreError::Down => StoreError::Down,
             StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
             StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+            StoreError::Stale(r) => StoreError::Stale(*r),
+            StoreError::Layout(v) => StoreError::Layout(*v),
         }
     }
 }
@@ -581,9 +630,21 @@ pub(crate) async fn bounded<T>(
 /// class only: URLs (and any password in them) never reach logs or pages.
 pub(crate) fn map_error(e: &RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
-    // The script saw its deadline pass before it started (`lua/prelude.lua`).
+    // The function saw its deadline pass before it started (`lua/lib/ctx.lua`).
     if e.is_timeout() || e.code() == Some("DEADLINE") {
         return StoreError::Timeout;
+    }
+    // It refused the policy or the room's layout (`lua/lib/ctx.lua`).
+    let number = || {
+        e.detail()
+            .and_then(|d| d.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    match e.code() {
+        Some("STALE") => return StoreError::Stale(number()),
+        Some("LAYOUT") => return StoreError::Layout(number()),
+        _ => {}
     }
     match e.kind() {
         ErrorKind::Io
@@ -599,28 +660,11 @@ pub(crate) fn map_error(e: &RedisError) -> StoreError {
             | ServerErrorKind::Moved
             | ServerErrorKind::Ask,
         ) => StoreError::Unavailable(e.category().to_string()),
-        _ => StoreError::Protocol(match e.code() {
-            Some(code) => format!("{}: {code}", e.category()),
-            None => e.category().to_string(),
+        _ => StoreError::Protocol(match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{}: {code} {detail}", e.category()),
+            (Some(code), None) => format!("{}: {code}", e.category()),
+            _ => e.category().to_string(),
         }),
-    }
-}
-
-fn method_name(m: QueueingMethod) -> &'static str {
-    match m {
-        QueueingMethod::Fifo => "fifo",
-        QueueingMethod::Random => "random",
-        QueueingMethod::Passthrough => "passthrough",
-        QueueingMethod::Reject => "reject",
-    }
-}
-
-fn state_name(s: RoomState) -> &'static str {
-    match s {
-        RoomState::Open => "open",
-        RoomState::QueueAll => "queue_all",
-        RoomState::Paused => "paused",
-        RoomState::Closed => "closed",
     }
 }
 
@@ -639,99 +683,6 @@ fn unix_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
-}
-
-fn protocol(what: &str, v: &Value) -> StoreError {
-    StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
-}
-
-fn as_u64(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(i) => u64::try_from(*i).ok(),
-        _ => None,
-    }
-}
-
-/// A flat array of non-negative integers of exactly `N` elements.
-fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
-    let Value::Array(items) = v else {
-        return Err(protocol(what, v));
-    };
-    if items.len() != N {
-        return Err(protocol(what, v));
-    }
-    let mut out = [0u64; N];
-    for (o, item) in out.iter_mut().zip(items) {
-        *o = as_u64(item).ok_or_else(|| protocol(what, v))?;
-    }
-    Ok(out)
-}
-
-/// Decodes a batch's verdicts: four integers each, or the seven of the
-/// common case (see `lua/arrive_many.lua`); `None` for a visitor held back
-/// for the Anywhere pool.
-fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
-    let Value::Array(items) = v else {
-        return Err(protocol("verdicts", v));
-    };
-    if items.len() == 7 && as_u64(&items[0]) == Some(0) {
-        return decode_compact(v, n);
-    }
-    if items.len() != 4 * n {
-        return Err(protocol("verdicts", v));
-    }
-    items
-        .chunks(4)
-        .map(|c| match c {
-            [tag, a, b, c] => {
-                let (tag, a, b, c) = (as_u64(tag), as_u64(a), as_u64(b), as_u64(c));
-                let verdict = match (tag, a, b, c) {
-                    (Some(1), Some(expiry), _, _) => Verdict::Admitted {
-                        session_expires_ms: expiry,
-                    },
-                    (Some(2), Some(seq), Some(position), Some(queue_length)) => {
-                        Verdict::Queued(QueuePlace {
-                            seq,
-                            position,
-                            queue_length,
-                        })
-                    }
-                    (Some(3), Some(1), _, _) => Verdict::Rejected(RejectReason::Closed),
-                    (Some(3), Some(2), _, _) => Verdict::Rejected(RejectReason::QueueFull),
-                    (Some(3), Some(3), _, _) => Verdict::Rejected(RejectReason::OverLimit),
-                    (Some(5), _, _, _) => return Ok(None),
-                    _ => return Err(protocol("verdicts", v)),
-                };
-                Ok(Some(verdict))
-            }
-            _ => Err(protocol("verdicts", v)),
-        })
-        .collect()
-}
-
-/// The common case's seven integers: `admitted` visitors admitted, `held`
-/// held, `queued` queued at consecutive seqs and positions from the first.
-fn decode_compact(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
-    let [_, admitted, expiry, held, queued, seq, position] = ints::<7>("verdicts", v)?;
-    let counts = [admitted, held, queued].map(|c| usize::try_from(c).unwrap_or(usize::MAX));
-    if counts.iter().try_fold(0usize, |sum, c| sum.checked_add(*c)) != Some(n) {
-        return Err(protocol("verdicts", v));
-    }
-    let admitted = std::iter::repeat_n(
-        Some(Verdict::Admitted {
-            session_expires_ms: expiry,
-        }),
-        counts[0],
-    );
-    let held = std::iter::repeat_n(None, counts[1]);
-    let queued = (0..queued).map(|k| {
-        Some(Verdict::Queued(QueuePlace {
-            seq: seq + k,
-            position: position + k,
-            queue_length: position + k,
-        }))
-    });
-    Ok(admitted.chain(held).chain(queued).collect())
 }
 
 /// Decodes `lua/frontier.lua`'s answer.
@@ -781,29 +732,6 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
         ended,
         samples,
     })
-}
-
-/// Decodes `{1, expiry} | {2, seq, position, length} | {3, reason}`.
-fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
-    let Value::Array(items) = v else {
-        return Err(protocol("verdict", v));
-    };
-    let nums: Option<Vec<u64>> = items.iter().map(as_u64).collect();
-    match nums.as_deref() {
-        Some([1, expiry]) => Ok(Verdict::Admitted {
-            session_expires_ms: *expiry,
-        }),
-        Some([2, seq, position, queue_length]) => Ok(Verdict::Queued(QueuePlace {
-            seq: *seq,
-            position: *position,
-            queue_length: *queue_length,
-        })),
-        Some([3, 1]) => Ok(Verdict::Rejected(RejectReason::Closed)),
-        Some([3, 2]) => Ok(Verdict::Rejected(RejectReason::QueueFull)),
-        Some([3, 3]) => Ok(Verdict::Rejected(RejectReason::OverLimit)),
-        Some([4]) => Ok(Verdict::Ended),
-        _ => Err(protocol("verdict", v)),
-    }
 }
 
 /// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
@@ -901,9 +829,20 @@ impl Store for RedisStore {
             }
         }
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
-        inv.arg(visitor.to_hex()).arg(seq);
-        decode_verdict(&inner.run_room(&inv).await?)
+        // A visitor within the free room is admitted at this poll (I4),
+        // however far back: each call promotes at most PROMOTE_MAX ahead
+        // of it, so the poll is asked again while the function says so.
+        for _ in 0..MAX_POLL_ROUNDS {
+            let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
+            inv.arg(visitor.to_hex()).arg(seq);
+            let reply = inner.run_room(&inv).await?;
+            if !wire::is_more(&reply) {
+                return decode_verdict(&reply);
+            }
+        }
+        Err(StoreError::Protocol(
+            "poll: promotion did not reach the visitor".into(),
+        ))
     }
 
     async fn check_in(
@@ -982,6 +921,24 @@ impl Store for RedisStore {
         })
     }
 
+    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let inv = self
+            .inner
+            .room_call(RoomFn::Check, &keys.0, room, now_ms, 0);
+        match self.inner.run_room(&inv).await? {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                    Value::SimpleString(s) => Ok(s.clone()),
+                    v => Err(protocol("check", v)),
+                })
+                .collect(),
+            v => Err(protocol("check", &v)),
+        }
+    }
+
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
         let keys = RoomKeys::new(&room.room);
         let mut inv = self.inner.scripts.totals.prepare_invoke();
@@ -1022,7 +979,7 @@ impl Store for RedisStore {
             .arg(event.start_seq)
             .arg(u8::from(event.shuffle))
             // Redis seeds its script generator with 32 bits.
-            .arg(event.seed & 0x7fff_ffff);
+            .arg(crate::store::minstd_seed(event.seed));
         let reply = self.inner.run_room(&inv).await?;
         let moved = as_u64(&reply).ok_or_else(|| protocol("start_event", &reply))?;
         if moved > 0 {
@@ -1089,11 +1046,12 @@ impl Store for RedisStore {
         overrides: Option<&RoomOverrides>,
     ) -> Result<(), StoreError> {
         let mut inv = self.inner.scripts.set_overrides.prepare_invoke();
-        inv.key(RoomKeys::overrides(room));
+        inv.key(RoomKeys::overrides(room))
+            .key(RoomKeys::new(room).meta());
         if let Some(o) = overrides {
             let json = serde_json::to_string(o)
                 .map_err(|e| StoreError::Protocol(format!("overrides: {e}")))?;
-            inv.arg(json);
+            inv.arg(json).arg(o.revision);
         }
         self.inner.run(&inv).await.map(|_| ())
     }
@@ -1102,6 +1060,7 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{QueuePlace, RejectReason};
 
     #[test]
     fn room_keys_share_one_hash_tag() {
@@ -1151,6 +1110,7 @@ mod tests {
             abandon_after_ms: 5_000,
             arrival_grace_ms: 1_000,
             state: RoomState::Open,
+            revision: 0,
         };
         assert_eq!(key_ttl_ms(&room), RATE_WINDOW_MS + KEY_TTL_MARGIN_MS);
         let long = RoomPolicy {

@@ -15,14 +15,14 @@
 -- The decisions read counts kept in locals; the writes are gathered and
 -- made once at the end (one command per key), which is most of the saving
 -- over one script per visitor.
-housekeep()
-counts()
+housekeep(c)
+counts(c)
 -- Whether the sessions, their batches and the window were empty, so that
 -- this run (or the promotion just below) creates their keys.
-local single_before, batched_before, window_before = active_n - batched_n, batched_n, window_n
-promote()
+local single_before, batched_before, window_before = c.active_n - c.batched_n, c.batched_n, c.window_n
+promote(c)
 
-local waiting = queue_n or queue_length()
+local waiting = c.queue_n or queue_length(c)
 local waiting_before = waiting
 local queued_n, rejected_n = 0, 0
 -- The sessions' and places' ZADD arguments, in tables kept from call to
@@ -34,7 +34,7 @@ local admitted_n = 0
 -- Whether this call wrote the tail, and whether it was empty before.
 local tailed, tail_was_empty = false, false
 
-local expiry_n = now + session_ms
+local expiry_n = c.now + c.p.session_ms
 local expiry_s = int(expiry_n)
 
 -- ARGV[4] = flags, ARGV[5..] = the visitors. Flags:
@@ -45,11 +45,11 @@ local expiry_s = int(expiry_n)
 --       none can hold a session or a place and nobody is looked up.
 -- Otherwise whether each visitor already holds a session or a place is
 -- two commands for the whole call.
+local ARGV = c.argv
 local flags = ARGV[4]
 local hold = string.find(flags, 'h', 1, true) ~= nil
-local HELD = 5
 -- Newcomers do not jump another region's older waiters either.
-local nobody_ahead = region_bound == nil
+local nobody_ahead = c.region_bound == nil
 -- Visitor i is ARGV[V + i].
 local V = 4
 local n = #ARGV - V
@@ -58,8 +58,28 @@ local fresh = string.find(flags, 'n', 1, true) ~= nil
 -- Only ids just made are admitted in a batch (see "Session batches").
 local batch = fresh
 if not fresh then
-    held_sessions = redis.call('ZMSCORE', K_SESSIONS, unpack(ARGV, V + 1))
-    held_places = redis.call('ZMSCORE', K_QUEUE, unpack(ARGV, V + 1))
+    held_sessions = redis.call('ZMSCORE', c.k.sessions, unpack(ARGV, V + 1))
+    held_places = redis.call('ZMSCORE', c.k.queue, unpack(ARGV, V + 1))
+    -- A place in the tail is not looked up by visitor; `Store::arrive`
+    -- (which the daemon never calls: its visitors are new) reads the tail
+    -- whole for the visitors found nowhere else.
+    if tail_ends(c) then
+        local wanted, any = {}, false
+        for i = 1, n do
+            if not held_sessions[i] and not held_places[i] then
+                wanted[ARGV[V + i]] = i
+                any = true
+            end
+        end
+        local from = 0
+        while any and from do
+            local found
+            found, from = tail_scan(c, wanted, from)
+            for visitor, seq in pairs(found) do
+                held_places[wanted[visitor]] = int(seq)
+            end
+        end
+    end
     fresh = true
     for i = 1, n do
         if held_sessions[i] or held_places[i] then
@@ -73,21 +93,21 @@ local out
 -- The slow path's new seqs, in the order of `new_places`.
 local new_seqs
 
-if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
+if fresh and c.p.state == 'open' and c.p.method == 'fifo' and c.p.max_queue == 0 then
     -- The common case, decided in two tight loops: newcomers to an open
     -- FIFO room are admitted while there is room and nobody waits (here, or
     -- ahead in another region), and the rest queue in arrival order (or,
     -- with `hold`, are held while nobody waits).
     local admit_n, held_n = 0, 0
     if waiting == 0 and nobody_ahead then
-        admit_n = math.max(0, math.min(free_room(), n))
+        admit_n = math.max(0, math.min(free_room(c), n))
         if hold then
             held_n = n - admit_n
         end
     end
     if batch then
         if admit_n > 0 then
-            batch_add(expiry_s, table.concat(ARGV, '', V + 1, V + admit_n), admit_n)
+            batch_add(c, expiry_s, table.concat(ARGV, '', V + 1, V + admit_n), admit_n)
         end
     else
         for i = 1, admit_n do
@@ -97,16 +117,16 @@ if fresh and state == 'open' and method == 'fifo' and max_queue == 0 then
         sessions_n = 2 * admit_n
     end
     admitted_n = admit_n
-    active_n = active_n + admit_n
-    window_n = window_n + admit_n
+    c.active_n = c.active_n + admit_n
+    c.window_n = c.window_n + admit_n
     queued_n = n - admit_n - held_n
     local first_seq, first_position = 0, 0
     if queued_n > 0 then
-        first_seq, first_position = next_seq(queued_n), waiting + 1
+        first_seq, first_position = next_seq(c, queued_n), waiting + 1
         local skip = admit_n + held_n
-        if to_tail(queued_n) then
-            tail_was_empty, tailed = not tail_ends(), true
-            tail_add(first_seq, int(first_seq), queued_n,
+        if to_tail(c, queued_n) then
+            tail_was_empty, tailed = not tail_ends(c), true
+            tail_add(c, first_seq, int(first_seq), queued_n,
                 table.concat(ARGV, '', V + skip + 1, V + skip + queued_n), false)
         else
             for k = 1, queued_n do
@@ -122,7 +142,7 @@ else
     -- Any other case, one visitor after the other (these helpers are made
     -- only here: the common case does without them).
     local function room_now()
-        return free_room() > 0
+        return free_room(c) > 0
     end
 
     local function admit_later(visitor)
@@ -130,8 +150,8 @@ else
         new_sessions[sessions_n + 2] = visitor
         sessions_n = sessions_n + 2
         admitted_n = admitted_n + 1
-        active_n = active_n + 1
-        window_n = window_n + 1
+        c.active_n = c.active_n + 1
+        c.window_n = c.window_n + 1
         return ADMITTED, expiry_n, 0, 0
     end
 
@@ -140,20 +160,27 @@ else
         if expiry then
             return ADMITTED, tonumber(expiry), 0, 0
         end
-        if state == 'closed' then
+        if c.p.state == 'closed' then
             rejected_n = rejected_n + 1
             return REJECTED, R_CLOSED, 0, 0
         end
         if held_places[i] then
-            local place = place_of(visitor)
-            return place[1], place[2], place[3], place[4]
+            local place = place_of(c, visitor)
+            if not place then
+                local seq = tonumber(held_places[i])
+                local t = tail_find(c, visitor, seq, held_places[i])
+                place = t and tail_place(c, t, seq)
+            end
+            if place then
+                return place[1], place[2], place[3], place[4]
+            end
         end
         -- passthrough and reject keep no queue of their own, but in paused and
         -- queue_all newcomers wait in line like everyone else.
-        if method == 'passthrough' and state == 'open' then
+        if c.p.method == 'passthrough' and c.p.state == 'open' then
             return admit_later(visitor)
         end
-        if method == 'reject' and state == 'open' then
+        if c.p.method == 'reject' and c.p.state == 'open' then
             if room_now() then
                 return admit_later(visitor)
             end
@@ -165,20 +192,20 @@ else
         end
         -- Nobody jumps a queue (I3), and nobody queues while there is room (I4).
         -- The explicit emptiness check matters in states that do not promote.
-        if state == 'open' and waiting == 0 and nobody_ahead then
+        if c.p.state == 'open' and waiting == 0 and nobody_ahead then
             if room_now() then
                 return admit_later(visitor)
             end
-            if hold and method ~= 'passthrough' then
+            if hold and c.p.method ~= 'passthrough' then
                 return HELD, 0, 0, 0
             end
         end
-        if max_queue > 0 and waiting >= max_queue then
+        if c.p.max_queue > 0 and waiting >= c.p.max_queue then
             rejected_n = rejected_n + 1
             return REJECTED, R_QUEUE_FULL, 0, 0
         end
         -- A new seq is above every seq in the queue: the visitor is last.
-        local seq = next_seq()
+        local seq = next_seq(c)
         new_seqs[places_n / 2 + 1] = seq
         new_places[places_n + 1] = int_next(seq)
         new_places[places_n + 2] = visitor
@@ -199,27 +226,27 @@ end
 -- Keys this run may create get their expiry now (`keep_alive`).
 local created = {}
 if sessions_n > 0 then
-    zadd_all(K_SESSIONS, new_sessions, sessions_n)
+    zadd_all(c.k.sessions, new_sessions, sessions_n)
 end
-if single_before == 0 and active_n - batched_n > 0 then
-    created[#created + 1] = K_SESSIONS
+if single_before == 0 and c.active_n - c.batched_n > 0 then
+    created[#created + 1] = c.k.sessions
 end
-if batched_before == 0 and batched_n > 0 then
-    created[#created + 1] = K_BATCHES
+if batched_before == 0 and c.batched_n > 0 then
+    created[#created + 1] = c.k.batches
 end
-if window_before == 0 and window_n > 0 then
-    created[#created + 1] = K_ADMITS
+if window_before == 0 and c.window_n > 0 then
+    created[#created + 1] = c.k.admits
 end
 if admitted_n > 0 then
     -- One window member for this call's admissions (counted in `window_n`
     -- as they were made).
-    window_n = window_n - admitted_n
-    record_admissions(admitted_n)
+    c.window_n = c.window_n - admitted_n
+    record_admissions(c, admitted_n)
 end
-if places_n > 0 and to_tail(places_n / 2) then
+if places_n > 0 and to_tail(c, places_n / 2) then
     -- (The slow path's places are consecutive seqs, written as tail members
     -- run by run.)
-    tail_was_empty, tailed = not tail_ends(), true
+    tail_was_empty, tailed = not tail_ends(c), true
     local from = 1
     for i = 1, places_n / 2 do
         local last = i == places_n / 2 or new_seqs[i + 1] ~= new_seqs[i] + 1
@@ -228,7 +255,7 @@ if places_n > 0 and to_tail(places_n / 2) then
             for j = from, i do
                 ids[#ids + 1] = new_places[2 * j]
             end
-            tail_add(new_seqs[from], new_places[2 * from - 1], i - from + 1, table.concat(ids),
+            tail_add(c, new_seqs[from], new_places[2 * from - 1], i - from + 1, table.concat(ids),
                 false)
             from = i + 1
         end
@@ -236,34 +263,34 @@ if places_n > 0 and to_tail(places_n / 2) then
     places_n = 0
 end
 if tailed and tail_was_empty then
-    created[#created + 1] = K_TAIL
+    created[#created + 1] = c.k.tail
 end
 if places_n > 0 or tailed then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
     -- its polls' record.
     if places_n > 0 then
-        zadd_all(K_QUEUE, new_places, places_n)
+        zadd_all(c.k.queue, new_places, places_n)
     end
-    redis.call('HINCRBY', K_META, 'queued', count_string(queued_n))
+    redis.call('HINCRBY', c.k.meta, 'queued', count_string(queued_n))
     if waiting_before == 0 then
-        redis.call('HSET', K_POLLS, SINCE, now_s)
-        created[#created + 1] = K_QUEUE
-        created[#created + 1] = K_POLLS
+        redis.call('HSET', c.k.polls, SINCE, c.now_s)
+        created[#created + 1] = c.k.queue
+        created[#created + 1] = c.k.polls
     end
 end
-if region_mode then
+if c.region_mode then
     -- The region's traffic, which its share of the free slots follows.
-    redis.call('HINCRBY', K_META, 'g_arrivals', count_string(n))
+    redis.call('HINCRBY', c.k.meta, 'g_arrivals', count_string(n))
 end
 if rejected_n > 0 then
-    redis.call('HINCRBY', K_META, 'rejected', count_string(rejected_n))
+    redis.call('HINCRBY', c.k.meta, 'rejected', count_string(rejected_n))
 end
-if last_seq ~= stored_last_seq then
+if c.last_seq ~= c.stored_last_seq then
     -- The last place's seq is the new last_seq, already written out.
     local last_place = places_n > 0 and new_places[places_n - 1]
-    redis.call('HSET', K_META, 'last_seq', last_place or int(last_seq))
-    stored_last_seq = last_seq
+    redis.call('HSET', c.k.meta, 'last_seq', last_place or int(c.last_seq))
+    c.stored_last_seq = c.last_seq
 end
-keep_alive(created)
+keep_alive(c, created)
 return out

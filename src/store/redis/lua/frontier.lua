@@ -21,24 +21,25 @@
 -- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
 -- has a higher seq cannot be admitted before ARGV[4] ms have passed) to the
 -- last place.
+local k, ARGV = c.k, c.argv
 local ahead_ms = tonumber(ARGV[4])
 local precision = tonumber(ARGV[5])
 local min_queue = tonumber(ARGV[6])
-local K_OVERRIDES = KEYS[11]
+local K_OVERRIDES = c.keys[11]
 
-housekeep()
+housekeep(c)
 -- Polls first: whoever polled must not be dropped as abandoned below.
 -- They come as (visitor, time) pairs, ready for HSET. Only visitors beyond
 -- the frontier are answered without a script, and they are still waiting;
 -- the rare one that left meanwhile is cleaned up by maintain().
 for first = 7, #ARGV, 4000 do
-    redis.call('HSET', K_POLLS, unpack(ARGV, first, math.min(first + 3999, #ARGV)))
+    redis.call('HSET', k.polls, unpack(ARGV, first, math.min(first + 3999, #ARGV)))
 end
-maintain()
-promote()
+maintain(c)
+promote(c)
 
-local len = queue_length()
-local meta = redis.call('HMGET', K_META, 'reset_floor', 'stale_lo', 'stale_hi')
+local len = queue_length(c)
+local meta = redis.call('HMGET', k.meta, 'reset_floor', 'stale_lo', 'stale_hi')
 local floor = tonumber(meta[1] or '0')
 
 -- The bound holds for FIFO rooms with a rate limit. Another instance may
@@ -46,7 +47,7 @@ local floor = tonumber(meta[1] or '0')
 -- stored change counts too (the higher rate, any method but fifo).
 local bound = -1
 -- (In region mode the room's rate, not the region's grant: a bound on it.)
-local eff_rate, eff_method = room_rate, method
+local eff_rate, eff_method = c.room_rate, c.p.method
 local stored = redis.call('GET', K_OVERRIDES)
 if stored then
     local ok, o = pcall(cjson.decode, stored)
@@ -59,12 +60,12 @@ if stored then
         end
     end
 end
-if method == 'fifo' and eff_method == 'fifo' and rated and len >= min_queue then
-    counts()
+if c.p.method == 'fifo' and eff_method == 'fifo' and c.rated and len >= min_queue then
+    counts(c)
     -- Admissions that leave the window within ahead_ms free as many places.
-    local leaving = admissions(redis.call('ZRANGEBYSCORE', K_ADMITS,
-        '(' .. int(now - RATE_WINDOW_MS), int(now - RATE_WINDOW_MS + ahead_ms)))
-    local m = math.max(eff_rate - window_n, 0) + leaving
+    local leaving = admissions(redis.call('ZRANGEBYSCORE', k.admits,
+        '(' .. int(c.now - RATE_WINDOW_MS), int(c.now - RATE_WINDOW_MS + ahead_ms)))
+    local m = math.max(eff_rate - c.window_n, 0) + leaving
     if m < len then
         bound = m
     end
@@ -74,12 +75,12 @@ end
 -- frontier there would sit too far forward: the places up to it move to
 -- `queue` first, where ranks are exact (a few refreshes' worth at a time;
 -- none answered from here until they have).
-if bound >= 0 and tail_ends() then
-    local head = redis.call('ZCARD', K_QUEUE)
+if bound >= 0 and tail_ends(c) then
+    local head = redis.call('ZCARD', k.queue)
     if bound >= head then
-        refill(math.min(bound - head + 1, 4 * PROMOTE_MAX))
-        len = queue_length()
-        if bound >= redis.call('ZCARD', K_QUEUE) then
+        refill(c, math.min(bound - head + 1, 4 * PROMOTE_MAX))
+        len = queue_length(c)
+        if bound >= redis.call('ZCARD', k.queue) then
             bound = -1
         end
     end
@@ -87,7 +88,7 @@ end
 
 local places = {}
 if bound >= 0 then
-    places = redis.call('ZRANGEBYSCORE', K_PLACES, '(' .. now_s, '+inf', 'LIMIT', 0, 1001)
+    places = redis.call('ZRANGEBYSCORE', k.places, '(' .. c.now_s, '+inf', 'LIMIT', 0, 1001)
     if #places > 1000 then
         bound = -1
         places = {}
@@ -102,7 +103,7 @@ if bound >= 0 then
     local r = bound
     local hint = {}
     while r < len do
-        local seq = seq_at(r, hint)
+        local seq = seq_at(c, r, hint)
         if not seq then
             break
         end

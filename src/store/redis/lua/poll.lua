@@ -1,85 +1,114 @@
 -- poll: a queued visitor polls. ARGV[4] = visitor, ARGV[5] = the seq its
--- ticket carries. Returns a verdict like arrive, or {4} when the place was
--- ended (released, or the room reset since the ticket was issued).
-local visitor = ARGV[4]
-local seq = tonumber(ARGV[5])
+-- ticket carries. Returns a verdict like arrive, or {ENDED} when the place
+-- was ended (released, used up by an admission, or the room reset since
+-- the ticket was issued).
+local visitor = c.argv[4]
+local seq_s = c.argv[5]
+local seq = tonumber(seq_s)
 
-housekeep()
-promote()
+housekeep(c)
+promote(c)
+
+-- A place within the free room of a room that promotes: promotion stopped
+-- at its bound for this call (PROMOTE_MAX) before reaching it; the caller
+-- asks again, so the visitor is admitted at this poll (I4).
+-- (FIFO only: a random pick may take anyone; nor past another region's
+-- oldest waiter, whom promotion waits for.)
+local function within_room(place)
+    if place and promotes(c) and c.p.method == 'fifo' and place[3] <= free_room(c)
+        and (not c.region_bound or place[2] <= c.region_bound) then
+        return { MORE }
+    end
+    return place
+end
 
 local function decide()
-    -- A place in the tail (see the prelude) is found by the ticket's seq:
-    -- from the tail's first seq on, a place is there and not in `queue`.
-    -- One released there, or admitted in passthrough, is only marked until
-    -- it moves to `queue`; a visitor found there has no session otherwise.
-    local first = tail_ends()
-    local tail = first and seq >= first.first and tail_find(visitor, seq, ARGV[5])
+    -- A place in the tail is found by the ticket's seq: from the tail's
+    -- first seq on, a place is there and not in `queue`. One released
+    -- there, or admitted in passthrough, is only marked until it moves to
+    -- `queue`; a visitor found there has no session otherwise.
+    local first = tail_ends(c)
+    local tail = first and seq >= first.first and tail_find(c, visitor, seq, seq_s)
     local expiry
     if tail then
-        if marked(K_PLACES, visitor) or marked(K_ENDED, visitor) then
-            expiry = session_of(visitor)
-            return expiry and { ADMITTED, expiry } or { ENDED }
+        if marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor) then
+            -- Ended there: it waits no more (answered below as any ended place).
+            expiry = session_of(c, visitor)
+            if expiry then
+                return { ADMITTED, expiry }
+            end
+            tail = nil
         end
     else
-        expiry = session_of(visitor)
+        expiry = session_of(c, visitor)
         if expiry then
             return { ADMITTED, expiry }
         end
     end
-    local queued = not tail and redis.call('ZSCORE', K_QUEUE, visitor)
+    local queued = not tail and redis.call('ZSCORE', c.k.queue, visitor)
+    local state = c.p.state
     if state == 'closed' then
         if queued or tail then
             -- Keep the place: a room that reopens finds its queue as it was.
-            touch_poll(visitor)
+            touch_poll(c, visitor)
         end
         return { REJECTED, R_CLOSED }
     end
-    if method == 'passthrough' and state ~= 'paused' then
-        -- No limits to wait for: whoever waits in line goes in.
+    -- An ended place stays ended: released, used up by an admission, or
+    -- issued before a reset; putting it back would admit again.
+    local function ended()
+        local floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
+        return seq <= floor or marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor)
+    end
+    if c.p.method == 'passthrough' and state ~= 'paused' then
+        -- No limits to wait for: whoever waits in line goes in (an ended
+        -- place stays ended, in passthrough too).
+        if not queued and not tail and ended() then
+            return { ENDED }
+        end
         if queued then
-            redis.call('ZREM', K_QUEUE, visitor)
-            redis.call('HDEL', K_POLLS, visitor)
-            used_places({ 0, visitor })
+            redis.call('ZREM', c.k.queue, visitor)
+            redis.call('HDEL', c.k.polls, visitor)
         elseif tail then
             -- Left out when its member moves to `queue` (its session, then
             -- this mark, then its last poll say it left); marked while the
             -- session lasts, since a poll from the tail finds the mark
             -- before the session.
-            redis.call('ZADD', K_PLACES,
-                int(now + math.max(abandon_ms + TAIL_MARK_MS, session_ms + grace_ms)), visitor)
+            redis.call('ZADD', c.k.places,
+                int(c.now + math.max(c.p.abandon_ms + TAIL_MARK_MS, c.p.session_ms + c.p.grace_ms)),
+                visitor)
         end
-        return admit(visitor)
+        -- The place is used up, wherever it was (a lost one too).
+        used_places(c, { 0, visitor })
+        counts(c)
+        return admit(c, visitor)
     end
     if queued then
-        touch_poll(visitor)
-        return place_of(visitor)
+        touch_poll(c, visitor)
+        return within_room(place_of(c, visitor))
     end
     if tail then
-        touch_poll(visitor)
-        return tail_place(tail, seq)
+        touch_poll(c, visitor)
+        return within_room(tail_place(c, tail, seq))
     end
-    -- An ended place stays ended: released, or issued before a reset. So
-    -- does the place of a session that was ended (released or revoked):
-    -- the admission used it up, and putting it back would admit again.
-    local floor = tonumber(redis.call('HGET', K_META, 'reset_floor') or '0')
-    if seq <= floor or marked(K_PLACES, visitor) or marked(K_ENDED, visitor) then
+    if ended() then
         return { ENDED }
     end
     -- The store lost the entry (flush, failover, expired keys) but the ticket
     -- still holds the visitor's order: put it back where it was (I5). The
     -- visitor may now be at the head, so promotion runs again.
-    enqueue(visitor, seq)
-    save_last_seq()
-    promote()
-    expiry = session_of(visitor)
+    enqueue(c, visitor, seq)
+    save_last_seq(c)
+    promote(c)
+    expiry = session_of(c, visitor)
     if expiry then
         return { ADMITTED, expiry }
     end
-    tail = tail_find(visitor, seq, ARGV[5])
+    tail = tail_find(c, visitor, seq, seq_s)
     if tail then
-        return tail_place(tail, seq)
+        return within_room(tail_place(c, tail, seq))
     end
-    return place_of(visitor)
+    return within_room(place_of(c, visitor))
 end
 
 return decide()

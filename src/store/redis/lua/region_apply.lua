@@ -28,30 +28,31 @@ local function settle(our_raised, our_lowered, raised, lowered, target, held)
     return raised, lowered, 0
 end
 
-housekeep()
-local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'r_raised', 'r_lowered')
-counts()
+local k, ARGV = c.k, c.argv
+housekeep(c)
+local g = redis.call('HMGET', k.meta, 'g_raised', 'g_lowered', 'r_raised', 'r_lowered')
+counts(c)
 local raised, lowered, given =
-    settle(g[1], g[2], ARGV[4], ARGV[5], tonumber(ARGV[6]), active_n)
+    settle(g[1], g[2], ARGV[4], ARGV[5], tonumber(ARGV[6]), c.active_n)
 -- A token held by an admission still in the window is not free yet:
 -- whoever got it back could admit in a window this admission is in.
 local r_raised, r_lowered, r_given =
-    settle(g[3], g[4], ARGV[9], ARGV[10], tonumber(ARGV[11] or '-1'), window_n)
-redis.call('HSET', K_META, 'g_raised', int(raised), 'g_lowered', int(lowered),
+    settle(g[3], g[4], ARGV[9], ARGV[10], tonumber(ARGV[11] or '-1'), c.window_n)
+redis.call('HSET', k.meta, 'g_raised', int(raised), 'g_lowered', int(lowered),
     'r_raised', int(r_raised), 'r_lowered', int(r_lowered))
 local bound = tonumber(ARGV[7])
 if bound == 0 then
-    redis.call('HDEL', K_META, 'g_bound', 'g_bound_until')
-    region_bound = nil
+    redis.call('HDEL', k.meta, 'g_bound', 'g_bound_until')
+    c.region_bound = nil
 elseif bound > 0 then
-    redis.call('HSET', K_META, 'g_bound', int(bound), 'g_bound_until', ARGV[8])
-    region_bound = bound
+    redis.call('HSET', k.meta, 'g_bound', int(bound), 'g_bound_until', ARGV[8])
+    c.region_bound = bound
 end
 -- Waiting visitors may go in at once with a higher grant or a lifted bound.
-cap = math.max(0, raised - lowered)
-if rated then
-    rate = math.max(0, r_raised - r_lowered)
+c.cap = math.max(0, raised - lowered)
+if c.rated then
+    c.rate = math.max(0, r_raised - r_lowered)
 end
-promote()
-redis.call('PEXPIRE', K_META, key_ttl_ms)
+promote(c)
+redis.call('PEXPIRE', k.meta, c.p.key_ttl_ms)
 return { raised, lowered, given, r_raised, r_lowered, r_given }

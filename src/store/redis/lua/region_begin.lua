@@ -10,30 +10,31 @@
 -- admission-token totals), then (rank, seq) pairs sampling the queue}.
 -- No promotion here: whom the region may let in depends on the bound the
 -- global store is about to send (region_apply promotes).
-housekeep()
-local turn = tonumber(redis.call('HGET', K_META, 'g_sync_until') or '0')
-if ARGV[5] ~= '1' and turn > now then
+local k, ARGV = c.k, c.argv
+housekeep(c)
+local turn = tonumber(redis.call('HGET', k.meta, 'g_sync_until') or '0')
+if ARGV[5] ~= '1' and turn > c.now then
     return false
 end
-counts()
-local g = redis.call('HMGET', K_META, 'g_raised', 'g_lowered', 'g_arrivals', 'g_arrivals_seen',
+counts(c)
+local g = redis.call('HMGET', k.meta, 'g_raised', 'g_lowered', 'g_arrivals', 'g_arrivals_seen',
     'r_raised', 'r_lowered')
 local arrivals = tonumber(g[3] or '0')
 local seen = tonumber(g[4] or '0')
 if seen > arrivals then
     seen = 0
 end
-redis.call('HSET', K_META, 'g_sync_until', int(now + tonumber(ARGV[4])),
+redis.call('HSET', k.meta, 'g_sync_until', int(c.now + tonumber(ARGV[4])),
     'g_arrivals_seen', int(arrivals))
-local queued = queue_length()
+local queued = queue_length(c)
 local out = {
-    active_n,
+    c.active_n,
     tonumber(g[1] or '0'),
     tonumber(g[2] or '0'),
     queued,
     0,
     arrivals - seen,
-    window_n,
+    c.window_n,
     tonumber(g[5] or '0'),
     tonumber(g[6] or '0'),
 }
@@ -44,7 +45,7 @@ local last_rank = -1
 for i = 0, SAMPLES do
     local rank = math.floor(i * (queued - 1) / SAMPLES)
     if queued > 0 and rank > last_rank then
-        local seq = seq_at(rank)
+        local seq = seq_at(c, rank)
         if seq then
             out[#out + 1] = rank
             out[#out + 1] = seq

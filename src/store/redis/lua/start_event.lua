@@ -10,20 +10,21 @@
 -- `stale_lo`/`stale_hi` keep the old range, so the queue description sends
 -- tickets that still carry an old seq to the scripts, which hand out the
 -- new one). Returns how many visitors were shuffled (0: already started).
+local k, ARGV = c.k, c.argv
 local key = ARGV[4]
-if redis.call('HGET', K_META, 'event') == key then
+if redis.call('HGET', k.meta, 'event') == key then
     return 0
 end
-redis.call('HSET', K_META, 'event', key)
-redis.call('PEXPIRE', K_META, key_ttl_ms)
+redis.call('HSET', k.meta, 'event', key)
+redis.call('PEXPIRE', k.meta, c.p.key_ttl_ms)
 if ARGV[7] ~= '1' then
     return 0
 end
 local lo, hi = tonumber(ARGV[5]), tonumber(ARGV[6])
 -- The whole queue is in `queue` for the shuffle (a tail is moved over
 -- first: as the shuffle, once per event and as long as the queue).
-refill(math.huge)
-local entries = redis.call('ZRANGEBYSCORE', K_QUEUE, int(lo), '(' .. int(hi), 'WITHSCORES')
+refill(c, math.huge)
+local entries = redis.call('ZRANGEBYSCORE', k.queue, int(lo), '(' .. int(hi), 'WITHSCORES')
 -- Whoever stopped polling leaves now, as at any other time; everyone else's
 -- abandonment clock starts again at the start (as in the memory store): a
 -- place is seen by its poll record or its seq (`gone_of`), and the shuffle
@@ -35,39 +36,45 @@ for from = 1, #entries / 2, 2000 do
         chunk[#chunk + 1] = entries[2 * i - 1]
         chunk[#chunk + 1] = entries[2 * i]
     end
-    local gone, keep = gone_of(chunk)
-    drop(gone)
+    local gone, keep = gone_of(c, chunk)
+    drop(c, gone)
     local seen = {}
     for _, visitor in ipairs(keep) do
         members[#members + 1] = visitor
         seen[#seen + 1] = visitor
-        seen[#seen + 1] = now_s
+        seen[#seen + 1] = c.now_s
     end
     if #seen > 0 then
-        redis.call('HSET', K_POLLS, unpack(seen))
+        redis.call('HSET', k.polls, unpack(seen))
     end
 end
 local n = #members
 if n == 0 then
     return 0
 end
-math.randomseed(tonumber(ARGV[8]))
+-- The shuffle of store::shuffle (so every backend draws the same order):
+-- Fisher-Yates over MINSTD, whose products stay below 2^53, exact in doubles.
+-- ARGV[8] is the MINSTD state to start from (store::minstd_seed).
+local x = tonumber(ARGV[8])
 for i = n, 2, -1 do
-    local j = math.random(i)
+    x = (x * 48271) % 2147483647
+    local j = x % i + 1
     members[i], members[j] = members[j], members[i]
 end
-local first = lo - n
+-- Just below the prequeue, but above the reset floor (store::shuffled_first).
+local floor = tonumber(redis.call('HGET', k.meta, 'reset_floor') or '0')
+local first = math.max(lo - n, floor + 1)
 local args = {}
 for i = 1, n do
     args[#args + 1] = int(first + i - 1)
     args[#args + 1] = members[i]
     if #args >= 4000 then
-        redis.call('ZADD', K_QUEUE, 'XX', unpack(args))
+        redis.call('ZADD', k.queue, 'XX', unpack(args))
         args = {}
     end
 end
 if #args > 0 then
-    redis.call('ZADD', K_QUEUE, 'XX', unpack(args))
+    redis.call('ZADD', k.queue, 'XX', unpack(args))
 end
-redis.call('HSET', K_META, 'stale_lo', int(lo), 'stale_hi', int(hi))
+redis.call('HSET', k.meta, 'stale_lo', int(lo), 'stale_hi', int(hi))
 return n

@@ -1,0 +1,512 @@
+//! The reference model of the [`Store`] contract: plain maps and vectors,
+//! every operation written the way the contract reads, nothing optimised.
+//! It is not used by the daemon; the property tests (`tests/model.rs`) run
+//! the same operations against it and a real store and compare, and check
+//! the invariants on it. Where the memory store keeps a treap and the Redis
+//! store batches and packed tails, this keeps a sorted `Vec`: if the two
+//! disagree with it, they are wrong (or the difference is one the tests
+//! list as allowed).
+//!
+//! The rules, as the store module states them (`store/mod.rs`):
+//!
+//! * Before deciding, every operation expires sessions at or before `now`,
+//!   forgets ended marks at or before `now`, drops admissions at or before
+//!   `now - 60 s` from the rate window, drops queue entries whose last poll
+//!   is older than `abandon_after` (0: never), then promotes while there is
+//!   room (open or queue-all rooms, not passthrough): the head in `fifo`,
+//!   a random entry in `random`. A promoted visitor's session lasts the
+//!   session plus the arrival grace, and its queue place is used up.
+//! * Room: fewer than `total_active_users` sessions and fewer than
+//!   `new_users_per_minute` admissions in the window (0: no limit).
+//! * `seq`s come from [`next_seq`]; a reset voids every ticket at or below
+//!   the floor it sets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use rand::Rng;
+
+use super::{
+    next_seq, EventStart, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
+    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+    RATE_WINDOW_MS,
+};
+use crate::clock::Millis;
+
+/// One waiting visitor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub visitor: VisitorId,
+    pub seq: u64,
+    /// Its last poll (its arrival until the first).
+    pub last_poll: Millis,
+}
+
+/// One room's whole state, open to the tests that check invariants on it.
+#[derive(Clone, Debug, Default)]
+pub struct ModelRoom {
+    /// visitor -> session expiry.
+    pub sessions: BTreeMap<VisitorId, Millis>,
+    /// visitor -> until when its session or queue place stays ended.
+    pub ended: BTreeMap<VisitorId, Millis>,
+    /// One entry per admission, its time.
+    pub admissions: Vec<Millis>,
+    /// Ordered by (seq, visitor).
+    pub queue: Vec<Waiting>,
+    pub last_seq: u64,
+    pub reset_floor: u64,
+    pub started_event: Option<String>,
+    pub totals: RoomTotals,
+}
+
+impl ModelRoom {
+    fn housekeeping(&mut self, p: &RoomPolicy, now: Millis) {
+        self.sessions.retain(|_, expiry| *expiry > now);
+        self.ended.retain(|_, until| *until > now);
+        let cutoff = now.saturating_sub(RATE_WINDOW_MS);
+        self.admissions.retain(|at| *at > cutoff);
+        if p.abandon_after_ms > 0 {
+            let seen = now.saturating_sub(p.abandon_after_ms);
+            let before = self.queue.len();
+            self.queue.retain(|w| w.last_poll >= seen);
+            self.totals.abandoned += (before - self.queue.len()) as u64;
+        }
+        self.promote(p, now);
+    }
+
+    /// Whether the limits leave room for one more admission.
+    pub fn has_room(&self, p: &RoomPolicy) -> bool {
+        (p.total_active_users == 0 || (self.sessions.len() as u64) < p.total_active_users)
+            && (p.new_users_per_minute == 0
+                || (self.admissions.len() as u64) < p.new_users_per_minute)
+    }
+
+    fn promote(&mut self, p: &RoomPolicy, now: Millis) {
+        if !matches!(p.state, RoomState::Open | RoomState::QueueAll)
+            || p.method == QueueingMethod::Passthrough
+        {
+            return;
+        }
+        let expires = now + p.session_duration_ms + p.arrival_grace_ms;
+        while !self.queue.is_empty() && self.has_room(p) {
+            let at = match p.method {
+                QueueingMethod::Random => rand::thread_rng().gen_range(0..self.queue.len()),
+                _ => 0,
+            };
+            let w = self.queue.remove(at);
+            self.admit(w.visitor, expires, now);
+            self.used_place(p, w.visitor, now);
+        }
+    }
+
+    fn admit(&mut self, visitor: VisitorId, expires: Millis, now: Millis) -> Verdict {
+        self.sessions.insert(visitor, expires);
+        self.admissions.push(now);
+        self.totals.admitted += 1;
+        Verdict::Admitted {
+            session_expires_ms: expires,
+        }
+    }
+
+    /// A queue place became a session: ended as long as its ticket can poll.
+    fn used_place(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) {
+        self.mark_ended(visitor, now + p.abandon_after_ms);
+    }
+
+    fn mark_ended(&mut self, visitor: VisitorId, until: Millis) {
+        let mark = self.ended.entry(visitor).or_insert(until);
+        *mark = (*mark).max(until);
+    }
+
+    fn position(&self, visitor: VisitorId) -> Option<usize> {
+        self.queue.iter().position(|w| w.visitor == visitor)
+    }
+
+    fn place(&self, at: usize) -> Verdict {
+        Verdict::Queued(QueuePlace {
+            seq: self.queue[at].seq,
+            position: at as u64 + 1,
+            queue_length: self.queue.len() as u64,
+        })
+    }
+
+    fn enqueue(&mut self, visitor: VisitorId, seq: u64, now: Millis) -> usize {
+        let at = self
+            .queue
+            .partition_point(|w| (w.seq, w.visitor) < (seq, visitor));
+        self.queue.insert(
+            at,
+            Waiting {
+                visitor,
+                seq,
+                last_poll: now,
+            },
+        );
+        at
+    }
+
+    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> Verdict {
+        self.housekeeping(p, now);
+        if let Some(&expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        if p.state == RoomState::Closed {
+            self.totals.rejected += 1;
+            return Verdict::Rejected(RejectReason::Closed);
+        }
+        if let Some(at) = self.position(visitor) {
+            return self.place(at);
+        }
+        let fresh = now + p.session_duration_ms;
+        let open = p.state == RoomState::Open;
+        match p.method {
+            QueueingMethod::Passthrough if open => self.admit(visitor, fresh, now),
+            QueueingMethod::Reject if open => {
+                if self.has_room(p) {
+                    self.admit(visitor, fresh, now)
+                } else {
+                    self.totals.rejected += 1;
+                    Verdict::Rejected(RejectReason::OverLimit)
+                }
+            }
+            _ => {
+                if open && self.queue.is_empty() && self.has_room(p) {
+                    return self.admit(visitor, fresh, now);
+                }
+                if p.max_queue_length > 0 && self.queue.len() as u64 >= p.max_queue_length {
+                    self.totals.rejected += 1;
+                    return Verdict::Rejected(RejectReason::QueueFull);
+                }
+                let seq = next_seq(now, self.last_seq);
+                self.last_seq = seq;
+                let at = self.enqueue(visitor, seq, now);
+                self.totals.queued += 1;
+                self.place(at)
+            }
+        }
+    }
+
+    fn poll(&mut self, p: &RoomPolicy, visitor: VisitorId, seq: u64, now: Millis) -> Verdict {
+        self.housekeeping(p, now);
+        if let Some(&expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        let existing = self.position(visitor);
+        if p.state == RoomState::Closed {
+            if let Some(at) = existing {
+                self.queue[at].last_poll = now;
+            }
+            return Verdict::Rejected(RejectReason::Closed);
+        }
+        // An ended place stays ended, in passthrough too.
+        if p.method == QueueingMethod::Passthrough && p.state != RoomState::Paused {
+            if existing.is_none() && (seq <= self.reset_floor || self.ended.contains_key(&visitor))
+            {
+                return Verdict::Ended;
+            }
+            if let Some(at) = existing {
+                self.queue.remove(at);
+            }
+            self.used_place(p, visitor, now);
+            return self.admit(visitor, now + p.session_duration_ms, now);
+        }
+        if let Some(at) = existing {
+            self.queue[at].last_poll = now;
+            return self.place(at);
+        }
+        if seq <= self.reset_floor || self.ended.contains_key(&visitor) {
+            return Verdict::Ended;
+        }
+        // I5: the store lost this place; the ticket says where it stood.
+        self.last_seq = self.last_seq.max(seq);
+        self.enqueue(visitor, seq, now);
+        self.promote(p, now);
+        if let Some(&expires) = self.sessions.get(&visitor) {
+            return Verdict::Admitted {
+                session_expires_ms: expires,
+            };
+        }
+        match self.position(visitor) {
+            Some(at) => self.place(at),
+            None => Verdict::Ended,
+        }
+    }
+
+    fn check_in(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> Option<Millis> {
+        self.housekeeping(p, now);
+        let expires = match self.sessions.get(&visitor) {
+            Some(&expires) => expires,
+            None if self.ended.contains_key(&visitor) || ticket_expires <= now => return None,
+            // Lost with the store's data: the ticket proves the admission.
+            None => ticket_expires,
+        };
+        let renewed = if p.session_renewal {
+            expires.max(now + p.session_duration_ms)
+        } else {
+            expires
+        };
+        self.sessions.insert(visitor, renewed);
+        Some(renewed)
+    }
+
+    fn release(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> bool {
+        self.housekeeping(p, now);
+        if let Some(expires) = self.sessions.remove(&visitor) {
+            self.mark_ended(visitor, expires.max(now + p.abandon_after_ms));
+            return true;
+        }
+        match self.position(visitor) {
+            Some(at) => {
+                self.queue.remove(at);
+                self.mark_ended(visitor, now + p.abandon_after_ms);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn end_session(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires: Millis,
+        now: Millis,
+    ) -> bool {
+        if self.release(p, visitor, now) {
+            return true;
+        }
+        if ticket_expires > now {
+            self.mark_ended(visitor, ticket_expires.max(now + p.abandon_after_ms));
+        }
+        false
+    }
+
+    fn stats(&mut self, p: &RoomPolicy, now: Millis) -> RoomStats {
+        self.housekeeping(p, now);
+        RoomStats {
+            active: self.sessions.len() as u64,
+            queued: self.queue.len() as u64,
+            admitted_last_minute: self.admissions.len() as u64,
+            oldest_admission_ms: self.admissions.iter().min().copied(),
+        }
+    }
+
+    fn reset(&mut self, now: Millis) {
+        let mut ended = std::mem::take(&mut self.ended);
+        for (visitor, expires) in std::mem::take(&mut self.sessions) {
+            let mark = ended.entry(visitor).or_insert(expires);
+            *mark = (*mark).max(expires);
+        }
+        let floor = next_seq(now, self.last_seq);
+        *self = ModelRoom {
+            ended,
+            last_seq: floor,
+            reset_floor: floor,
+            ..ModelRoom::default()
+        };
+    }
+
+    fn start_event(&mut self, event: &EventStart, now: Millis) -> u64 {
+        if self.started_event.as_deref() == Some(event.key.as_str()) {
+            return 0;
+        }
+        self.started_event = Some(event.key.clone());
+        if !event.shuffle {
+            return 0;
+        }
+        let (lo, hi) = (event.prequeue_seq, event.start_seq);
+        let mut moved: Vec<VisitorId> = self
+            .queue
+            .iter()
+            .filter(|w| (lo..hi).contains(&w.seq))
+            .map(|w| w.visitor)
+            .collect();
+        self.queue.retain(|w| !(lo..hi).contains(&w.seq));
+        super::shuffle(moved.as_mut_slice(), event.seed);
+        let first = super::shuffled_first(lo, moved.len() as u64, self.reset_floor);
+        for (i, visitor) in moved.iter().enumerate() {
+            self.enqueue(*visitor, first + i as u64, now);
+        }
+        moved.len() as u64
+    }
+}
+
+/// The reference model as a [`Store`].
+#[derive(Default)]
+pub struct ModelStore {
+    rooms: Mutex<HashMap<Arc<str>, ModelRoom>>,
+    overrides: Mutex<HashMap<String, RoomOverrides>>,
+    /// (room, set) -> member -> until.
+    notes: Mutex<HashMap<(String, String), BTreeMap<u64, Millis>>>,
+}
+
+impl ModelStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<R>(&self, p: &RoomPolicy, f: impl FnOnce(&mut ModelRoom) -> R) -> R {
+        let mut rooms = self.rooms.lock().unwrap_or_else(PoisonError::into_inner);
+        f(rooms.entry(p.room.clone()).or_default())
+    }
+
+    /// A copy of a room's state after housekeeping at `now` (for invariant
+    /// checks).
+    pub fn room(&self, p: &RoomPolicy, now: Millis) -> ModelRoom {
+        self.with(p, |r| {
+            r.housekeeping(p, now);
+            r.clone()
+        })
+    }
+
+    /// Forgets a visitor's queue entry, as a store that lost it would.
+    pub fn lose(&self, p: &RoomPolicy, visitor: VisitorId) {
+        self.with(p, |r| r.queue.retain(|w| w.visitor != visitor));
+    }
+
+    /// Forgets the whole room, as a flushed store would (overrides are
+    /// kept apart and survive, as in Redis).
+    pub fn flush(&self, p: &RoomPolicy) {
+        self.with(p, |r| *r = ModelRoom::default());
+    }
+}
+
+#[async_trait]
+impl Store for ModelStore {
+    async fn arrive(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        Ok(self.with(room, |r| r.arrive(room, visitor, now_ms)))
+    }
+
+    async fn poll(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        Ok(self.with(room, |r| r.poll(room, visitor, seq, now_ms)))
+    }
+
+    async fn check_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Option<Millis>, StoreError> {
+        Ok(self.with(room, |r| {
+            r.check_in(room, visitor, ticket_expires_ms, now_ms)
+        }))
+    }
+
+    async fn release(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with(room, |r| r.release(room, visitor, now_ms)))
+    }
+
+    async fn end_session(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        ticket_expires_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with(room, |r| {
+            r.end_session(room, visitor, ticket_expires_ms, now_ms)
+        }))
+    }
+
+    async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
+        Ok(self.with(room, |r| r.stats(room, now_ms)))
+    }
+
+    async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
+        Ok(self.with(room, |r| r.totals))
+    }
+
+    async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
+        self.with(room, |r| r.reset(now_ms));
+        Ok(())
+    }
+
+    async fn start_event(
+        &self,
+        room: &RoomPolicy,
+        event: &EventStart,
+        now_ms: Millis,
+    ) -> Result<u64, StoreError> {
+        Ok(self.with(room, |r| r.start_event(event, now_ms)))
+    }
+
+    async fn note(
+        &self,
+        room: &str,
+        set: &str,
+        members: &[u64],
+        until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<Noted, StoreError> {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        let noted = notes.entry((room.to_owned(), set.to_owned())).or_default();
+        noted.retain(|_, until| *until > now_ms);
+        let mut added = 0;
+        for m in members {
+            match noted.get_mut(m) {
+                Some(until) => *until = (*until).max(until_ms),
+                None => {
+                    noted.insert(*m, until_ms);
+                    added += 1;
+                }
+            }
+        }
+        noted.retain(|_, until| *until > now_ms);
+        Ok(Noted {
+            added,
+            size: noted.len() as u64,
+        })
+    }
+
+    async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
+        let all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(all.get(room).cloned())
+    }
+
+    async fn set_overrides(
+        &self,
+        room: &str,
+        overrides: Option<&RoomOverrides>,
+    ) -> Result<(), StoreError> {
+        let mut all = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match overrides {
+            Some(o) => all.insert(room.to_owned(), o.clone()),
+            None => all.remove(room),
+        };
+        Ok(())
+    }
+}

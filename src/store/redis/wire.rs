@@ -1,0 +1,420 @@
+//! The wire between Rust and the room functions, owned in one place: the
+//! layout version and sizes, the policy argument, the verdict tags and
+//! reject reasons, and the constants the Lua shares with the rest of the
+//! store (rate window, `seq` epoch). The Lua library gets them from
+//! [`lua_constants`], generated here and put before its code
+//! (`library.rs`), so nothing in the `.lua` files restates a number this
+//! side decodes.
+
+use redis::Value;
+
+use crate::clock::Millis;
+use crate::store::{
+    QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, StoreError, Verdict,
+    RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS,
+};
+
+/// The version of the room's key layout this build reads and writes. Every
+/// room function checks the version its room's keys carry (meta field
+/// `layout`) and refuses to decide on one it does not know (see
+/// `docs/redis-layout.md`, "Upgrades").
+pub const LAYOUT_VERSION: u64 = 1;
+
+/// The oldest layout this build reads: 0, the unmarked layout of the
+/// builds before versions (the same keys and formats as 1).
+pub const LAYOUT_OLDEST: u64 = 0;
+
+/// The sizes of the layout. The production sizes are those the cost
+/// figures were measured with; tests build the library with small ones so
+/// that tens of visitors reach the tail, cross chunks and fill a run's
+/// bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Places in `queue` before newcomers go to the tail.
+    pub head_window: u64,
+    /// Ids per `tail_ids:<n>` chunk key.
+    pub chunk: u64,
+    /// Most visitors one run promotes.
+    pub promote_max: u64,
+    /// Queue places one maintenance run looks at for abandonment.
+    pub sweep_max: u64,
+    /// The version written and expected (tests bump it to play a newer build).
+    pub version: u64,
+    /// The oldest version this build still reads (and marks as its own
+    /// when it meets it): see `docs/redis-layout.md`, "Upgrades".
+    pub oldest: u64,
+}
+
+impl Layout {
+    /// What the daemon runs with.
+    pub const fn production() -> Self {
+        Self {
+            head_window: 2000,
+            chunk: 65536,
+            promote_max: 1000,
+            sweep_max: 2000,
+            version: LAYOUT_VERSION,
+            oldest: LAYOUT_OLDEST,
+        }
+    }
+
+    /// Test size: a head of 8 places, chunks of 16 ids, runs of 5.
+    pub const fn small() -> Self {
+        Self {
+            head_window: 8,
+            chunk: 16,
+            promote_max: 5,
+            sweep_max: 6,
+            version: LAYOUT_VERSION,
+            oldest: LAYOUT_OLDEST,
+        }
+    }
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self::production()
+    }
+}
+
+/// Verdict tags, the first number of a verdict the functions return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Tag {
+    Admitted = 1,
+    Queued = 2,
+    Rejected = 3,
+    Ended = 4,
+    /// Held back for the Anywhere pool (region mode's `arrive`).
+    Held = 5,
+    /// Promotion went as far as one call may (`PROMOTE_MAX`) and the
+    /// visitor waits within the free room: ask again (`poll`).
+    More = 6,
+}
+
+impl Tag {
+    const ALL: [Tag; 6] = [
+        Tag::Admitted,
+        Tag::Queued,
+        Tag::Rejected,
+        Tag::Ended,
+        Tag::Held,
+        Tag::More,
+    ];
+
+    fn lua_name(self) -> &'static str {
+        match self {
+            Tag::Admitted => "ADMITTED",
+            Tag::Queued => "QUEUED",
+            Tag::Rejected => "REJECTED",
+            Tag::Ended => "ENDED",
+            Tag::Held => "HELD",
+            Tag::More => "MORE",
+        }
+    }
+}
+
+/// Reject reasons, the second number of a `Rejected` verdict.
+fn reason_code(r: RejectReason) -> u64 {
+    match r {
+        RejectReason::Closed => 1,
+        RejectReason::QueueFull => 2,
+        RejectReason::OverLimit => 3,
+    }
+}
+
+fn reason_of(code: u64) -> Option<RejectReason> {
+    [
+        RejectReason::Closed,
+        RejectReason::QueueFull,
+        RejectReason::OverLimit,
+    ]
+    .into_iter()
+    .find(|r| reason_code(*r) == code)
+}
+
+/// The policy's fields in the order the `|`-joined policy argument carries
+/// them (`policy_arg`), named as the Lua reads them (`ctx.lua`'s
+/// `policy_of`).
+pub const POLICY_FIELDS: [&str; 11] = [
+    "cap_field",
+    "rate",
+    "session_ms",
+    "renewal",
+    "method",
+    "max_queue",
+    "abandon_ms",
+    "grace_ms",
+    "state",
+    "key_ttl_ms",
+    "revision",
+];
+
+pub fn method_name(m: QueueingMethod) -> &'static str {
+    match m {
+        QueueingMethod::Fifo => "fifo",
+        QueueingMethod::Random => "random",
+        QueueingMethod::Passthrough => "passthrough",
+        QueueingMethod::Reject => "reject",
+    }
+}
+
+pub fn state_name(s: RoomState) -> &'static str {
+    match s {
+        RoomState::Open => "open",
+        RoomState::QueueAll => "queue_all",
+        RoomState::Paused => "paused",
+        RoomState::Closed => "closed",
+    }
+}
+
+/// The policy as one argument (parsed once per distinct string by the
+/// Lua): the fields of [`POLICY_FIELDS`] joined by `|`. `cap` is the
+/// capacity, or `grant` / `rate_grant` in region mode.
+pub fn policy_arg(room: &RoomPolicy, cap: &dyn std::fmt::Display, key_ttl_ms: Millis) -> String {
+    format!(
+        "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}",
+        room.new_users_per_minute,
+        room.session_duration_ms,
+        u8::from(room.session_renewal),
+        method_name(room.method),
+        room.max_queue_length,
+        room.abandon_after_ms,
+        room.arrival_grace_ms,
+        state_name(room.state),
+        room.revision,
+    )
+}
+
+/// The Lua constants of `layout`: what the library's code starts with.
+pub fn lua_constants(layout: &Layout) -> String {
+    let mut out =
+        String::from("-- Generated by store/redis/wire.rs: the wire and the layout's sizes.\n");
+    let mut line = |name: &str, value: String| out.push_str(&format!("local {name} = {value}\n"));
+    line("LAYOUT_VERSION", layout.version.to_string());
+    line("LAYOUT_VERSION_S", format!("'{}'", layout.version));
+    line("LAYOUT_OLDEST", layout.oldest.to_string());
+    line("HEAD_WINDOW", layout.head_window.to_string());
+    line("CHUNK", layout.chunk.to_string());
+    line("PROMOTE_MAX", layout.promote_max.to_string());
+    line("SWEEP_MAX", layout.sweep_max.to_string());
+    line("RATE_WINDOW_MS", RATE_WINDOW_MS.to_string());
+    line("SEQ_EPOCH_MS", SEQ_EPOCH_MS.to_string());
+    line("SEQ_PER_MS", SEQ_PER_MS.to_string());
+    for tag in Tag::ALL {
+        line(tag.lua_name(), (tag as u64).to_string());
+    }
+    for (name, r) in [
+        ("R_CLOSED", RejectReason::Closed),
+        ("R_QUEUE_FULL", RejectReason::QueueFull),
+        ("R_OVER_LIMIT", RejectReason::OverLimit),
+    ] {
+        line(name, reason_code(r).to_string());
+    }
+    let fields: Vec<String> = POLICY_FIELDS.iter().map(|f| format!("'{f}'")).collect();
+    line("POLICY_FIELDS", format!("{{ {} }}", fields.join(", ")));
+    out
+}
+
+pub(super) fn protocol(what: &str, v: &Value) -> StoreError {
+    StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
+}
+
+pub(super) fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+/// A flat array of non-negative integers of exactly `N` elements.
+pub(super) fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol(what, v));
+    };
+    if items.len() != N {
+        return Err(protocol(what, v));
+    }
+    let mut out = [0u64; N];
+    for (o, item) in out.iter_mut().zip(items) {
+        *o = as_u64(item).ok_or_else(|| protocol(what, v))?;
+    }
+    Ok(out)
+}
+
+/// One verdict from its numbers: `{ADMITTED, expiry}`, `{QUEUED, seq,
+/// position, length}`, `{REJECTED, reason}`, `{ENDED}`; `Ok(None)` for
+/// `{HELD}`.
+fn verdict_of(nums: &[u64]) -> Option<Option<Verdict>> {
+    let tag = *nums.first()?;
+    Some(Some(match tag {
+        t if t == Tag::Admitted as u64 => Verdict::Admitted {
+            session_expires_ms: *nums.get(1)?,
+        },
+        t if t == Tag::Queued as u64 => Verdict::Queued(QueuePlace {
+            seq: *nums.get(1)?,
+            position: *nums.get(2)?,
+            queue_length: *nums.get(3)?,
+        }),
+        t if t == Tag::Rejected as u64 => Verdict::Rejected(reason_of(*nums.get(1)?)?),
+        t if t == Tag::Ended as u64 => Verdict::Ended,
+        t if t == Tag::Held as u64 => return Some(None),
+        _ => return None,
+    }))
+}
+
+/// Whether a reply is `{MORE}`: the call must be made again.
+pub(super) fn is_more(v: &Value) -> bool {
+    matches!(v, Value::Array(items) if items.len() == 1 && as_u64(&items[0]) == Some(Tag::More as u64))
+}
+
+/// Decodes one function's verdict (exactly its numbers).
+pub(super) fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol("verdict", v));
+    };
+    let nums: Option<Vec<u64>> = items.iter().map(as_u64).collect();
+    let want = |n: usize| nums.as_ref().is_some_and(|x| x.len() == n);
+    let length_ok = match nums.as_ref().and_then(|n| n.first()) {
+        Some(1) => want(2),
+        Some(2) => want(4),
+        Some(3) => want(2),
+        Some(4) => want(1),
+        _ => false,
+    };
+    match nums.as_deref().filter(|_| length_ok).and_then(verdict_of) {
+        Some(Some(verdict)) => Ok(verdict),
+        _ => Err(protocol("verdict", v)),
+    }
+}
+
+/// Decodes a batch's verdicts: four integers each, or the seven of the
+/// common case (see `lua/arrive_many.lua`); `None` for a visitor held back
+/// for the Anywhere pool.
+pub(super) fn decode_verdicts(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(protocol("verdicts", v));
+    };
+    if items.len() == 7 && as_u64(&items[0]) == Some(0) {
+        return decode_compact(v, n);
+    }
+    if items.len() != 4 * n {
+        return Err(protocol("verdicts", v));
+    }
+    items
+        .chunks(4)
+        .map(|c| {
+            let nums: Option<Vec<u64>> = c.iter().map(as_u64).collect();
+            nums.as_deref()
+                .and_then(verdict_of)
+                .ok_or_else(|| protocol("verdicts", v))
+        })
+        .collect()
+}
+
+/// The common case's seven integers: `admitted` visitors admitted, `held`
+/// held, `queued` queued at consecutive seqs and positions from the first.
+fn decode_compact(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreError> {
+    let [_, admitted, expiry, held, queued, seq, position] = ints::<7>("verdicts", v)?;
+    let counts = [admitted, held, queued].map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+    if counts.iter().try_fold(0usize, |sum, c| sum.checked_add(*c)) != Some(n) {
+        return Err(protocol("verdicts", v));
+    }
+    let admitted = std::iter::repeat_n(
+        Some(Verdict::Admitted {
+            session_expires_ms: expiry,
+        }),
+        counts[0],
+    );
+    let held = std::iter::repeat_n(None, counts[1]);
+    let queued = (0..queued).map(|k| {
+        Some(Verdict::Queued(QueuePlace {
+            seq: seq + k,
+            position: position + k,
+            queue_length: position + k,
+        }))
+    });
+    Ok(admitted.chain(held).chain(queued).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_verdict_decodes_from_the_numbers_lua_sends() {
+        let v = |n: &[i64]| Value::Array(n.iter().map(|x| Value::Int(*x)).collect());
+        assert_eq!(
+            decode_verdict(&v(&[1, 7])).unwrap(),
+            Verdict::Admitted {
+                session_expires_ms: 7
+            }
+        );
+        assert_eq!(
+            decode_verdict(&v(&[2, 9, 3, 4])).unwrap(),
+            Verdict::Queued(QueuePlace {
+                seq: 9,
+                position: 3,
+                queue_length: 4
+            })
+        );
+        for r in [
+            RejectReason::Closed,
+            RejectReason::QueueFull,
+            RejectReason::OverLimit,
+        ] {
+            assert_eq!(
+                decode_verdict(&v(&[3, reason_code(r) as i64])).unwrap(),
+                Verdict::Rejected(r)
+            );
+        }
+        assert_eq!(decode_verdict(&v(&[4])).unwrap(), Verdict::Ended);
+        for bad in [&[][..], &[9], &[1], &[2, 1, 1], &[3, 9], &[4, 1], &[5]] {
+            assert!(decode_verdict(&v(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_lua_constants_name_every_tag_reason_and_size() {
+        let lua = lua_constants(&Layout::small());
+        for name in [
+            "ADMITTED = 1",
+            "QUEUED = 2",
+            "REJECTED = 3",
+            "ENDED = 4",
+            "HELD = 5",
+            "MORE = 6",
+            "R_CLOSED = 1",
+            "R_QUEUE_FULL = 2",
+            "R_OVER_LIMIT = 3",
+            "HEAD_WINDOW = 8",
+            "CHUNK = 16",
+            "LAYOUT_VERSION = 1",
+            "RATE_WINDOW_MS = 60000",
+        ] {
+            assert!(lua.contains(&format!("local {name}\n")), "{name}");
+        }
+    }
+
+    #[test]
+    fn no_lua_file_restates_a_generated_constant() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
+        let lib = format!("{dir}/lib");
+        let files = std::fs::read_dir(dir)
+            .unwrap()
+            .chain(std::fs::read_dir(&lib).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "lua"));
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in lua_constants(&Layout::production()).lines().skip(1) {
+                let name = line.trim_start_matches("local ").split(' ').next().unwrap();
+                assert!(
+                    !text.contains(&format!("local {name} =")),
+                    "{} defines {name}, which wire.rs generates",
+                    path.display()
+                );
+            }
+        }
+    }
+}
