@@ -432,3 +432,80 @@ async fn a_revoked_visitor_replaying_its_old_queue_cookie_goes_to_the_back() {
     assert!(!from_origin(&resp));
     assert!(position(&resp.text().await.unwrap()) > 1);
 }
+
+/// A daemon that meets a room written by a layout it does not read (a
+/// newer build's) decides nothing for it: the fail mode answers (here
+/// `closed`: "temporarily unavailable"), and nobody is admitted or queued
+/// on keys it would misread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_layout_is_answered_by_the_fail_mode() {
+    let server = redis().await;
+    let h = Harness::start(on_redis(&server, FailMode::Closed)).await;
+    let first = h.bare().get(h.url("/")).send().await.unwrap();
+    assert!(from_origin(&first));
+    let _: i64 = server.cmd(&["HSET", "wr:{shop}:meta", "layout", "2"]);
+    // (The breaker lets one call through a second.)
+    h.clock.advance(Duration::from_secs(2));
+    let resp = h.bare().get(h.url("/")).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(!from_origin(&resp));
+    let sessions: i64 = server.cmd(&["ZCARD", "wr:{shop}:sessions"]);
+    let batched: i64 = server.cmd(&["ZCARD", "wr:{shop}:batches"]);
+    assert!(sessions + batched <= 2, "only the first visitor's session");
+}
+
+/// After an operator raises the limit through one instance, every visitor
+/// now inside it who polls through another instance, at once, is let in at
+/// that poll (I4). Two things told some of them "queued" (scattered, at
+/// 70,000 in line): the other instance's view of the room's settings
+/// lagged up to its refresh, and it decided with the old limit; and one
+/// call promotes at most 1,000, so a visitor further back than the calls
+/// so far had reached was not yet in. Now the store refuses a decision on
+/// settings older than its own (the instance reads them and asks again),
+/// and a poll within the free room asks again until promotion reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raised_limit_admits_at_once_through_every_instance() {
+    let server = redis().await;
+    let on = |c: &mut Config| {
+        on_redis(&server, FailMode::Closed)(c);
+        c.rooms[0].total_active_users = 1;
+        c.server.ip_polls_per_second = 1_000_000;
+        c.server.ip_poll_burst = 1_000_000;
+    };
+    let a = Harness::start(on).await;
+    let b = Harness::start_on(on, support::origin::Origin::start().await, a.clock.clone()).await;
+    let holder = a.visitor();
+    assert!(from_origin(&holder.get(a.url("/")).send().await.unwrap()));
+    let waiting: Vec<reqwest::Client> = (0..2_400).map(|_| a.visitor()).collect();
+    for v in &waiting {
+        assert!(!from_origin(&v.get(a.url("/")).send().await.unwrap()));
+    }
+    let raised = a
+        .bare()
+        .patch(a.admin_url("/api/rooms/shop"))
+        .json(&serde_json::json!({ "total_active_users": 2_301 }))
+        .send()
+        .await
+        .unwrap();
+    assert!(raised.status().is_success());
+    // Each polls once through the other instance, in a shuffled order but
+    // for the last one inside the new limit, who goes first.
+    let mut order: Vec<usize> = (0..waiting.len()).filter(|i| *i != 2_299).collect();
+    rand::seq::SliceRandom::shuffle(order.as_mut_slice(), &mut rand::thread_rng());
+    order.insert(0, 2_299);
+    let mut told_queued_inside = Vec::new();
+    let mut admitted = 0;
+    for i in order {
+        let standing = b.status(&waiting[i]).await;
+        match standing["state"].as_str() {
+            Some("admitted") => admitted += 1,
+            _ if i < 2_300 => told_queued_inside.push(i),
+            _ => {}
+        }
+    }
+    assert!(
+        told_queued_inside.is_empty(),
+        "inside the limit, told queued: {told_queued_inside:?}"
+    );
+    assert_eq!(admitted, 2_300);
+}

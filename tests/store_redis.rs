@@ -933,3 +933,275 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     assert!(store.release_arrival(&p, vid(5), T0, T0 + 5).await.unwrap());
     assert_eq!(store.stats(&p, T0 + 5).await.unwrap().active, 13);
 }
+
+/// A store on `server` with the test-size layout (a head of 8 places,
+/// chunks of 16 ids, runs of 5).
+async fn small(server: &RedisServer) -> RedisStore {
+    RedisStore::connect_with_layout(
+        &[server.url()],
+        TIMEOUT,
+        waitroom::store::redis::Layout::small(),
+    )
+    .await
+    .unwrap()
+}
+
+/// `n` newcomers queued one call at a time at `now` (non-fresh arrivals).
+async fn queue_n(store: &RedisStore, p: &RoomPolicy, n: u64, now: Millis) -> Vec<(VisitorId, u64)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let v = vid(10_000 + i);
+        out.push((v, place(&store.arrive(p, v, now).await.unwrap()).seq));
+    }
+    out
+}
+
+/// I4 with promotion bounded per call: when room opens for forty waiting
+/// visitors at once, the fortieth is admitted at its own poll, though one
+/// call promotes at most five (test size) ahead of it; and nobody behind
+/// the room is. (Each poll was told "queued" until enough calls had run:
+/// at scale, visitors inside a raised limit were told so.)
+#[tokio::test]
+async fn a_visitor_within_the_free_room_is_admitted_at_its_poll_however_far_back() {
+    let (server, _) = start().await;
+    let store = small(&server).await;
+    let mut p = policy(40, 0);
+    p.room = Arc::from("far-back");
+    p.state = RoomState::Paused;
+    let waiting = queue_n(&store, &p, 50, T0).await;
+    p.state = RoomState::Open;
+    let (v, seq) = waiting[39];
+    assert!(is_admitted(&store.poll(&p, v, seq, T0 + 1).await.unwrap()));
+    for (v, seq) in &waiting[..39] {
+        assert!(is_admitted(
+            &store.poll(&p, *v, *seq, T0 + 2).await.unwrap()
+        ));
+    }
+    let (v, seq) = waiting[40];
+    assert_eq!(
+        place(&store.poll(&p, v, seq, T0 + 3).await.unwrap()).position,
+        1
+    );
+    assert!(store.check(&p, T0 + 3).await.unwrap().is_empty());
+}
+
+/// `Store::arrive` of a visitor whose place is in the tail returns that
+/// place; it got a second one (the tail is not looked up by visitor).
+#[tokio::test]
+async fn an_arrival_again_of_a_visitor_in_the_tail_keeps_its_place() {
+    let (server, _) = start().await;
+    let store = small(&server).await;
+    let mut p = policy(1, 0);
+    p.room = Arc::from("again");
+    p.state = RoomState::Paused;
+    let waiting = queue_n(&store, &p, 30, T0).await;
+    let (v, seq) = waiting[20];
+    let again = place(&store.arrive(&p, v, T0 + 1).await.unwrap());
+    assert_eq!(again.seq, seq);
+    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().queued, 30);
+}
+
+/// The tail's ids chunks keep their expiry whatever the queue's size: the
+/// periodic refresh reached the first 64 chunks only (4.2 million places at
+/// production size; 69 chunks here). Their expiry is taken away by hand,
+/// and one round of maintenance gives it back to every one.
+#[tokio::test]
+async fn every_ids_chunk_keeps_its_expiry_at_any_queue_size() {
+    let (server, _) = start().await;
+    let store = small(&server).await;
+    let mut p = policy(1, 0);
+    p.room = Arc::from("chunks");
+    p.state = RoomState::Paused;
+    for round in 0..18u64 {
+        let calls = (0..64u64).map(|i| {
+            let (store, p) = (&store, &p);
+            async move {
+                let v = vid(1_000_000 + round * 64 + i);
+                store.arrive_new(p, v, T0).await.unwrap()
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
+    let chunks: Vec<String> = server.cmd(&["KEYS", "wr:{chunks}:tail_ids:*"]);
+    assert!(chunks.len() > 64, "{} chunks", chunks.len());
+    for key in &chunks {
+        let _: i64 = server.cmd(&["PERSIST", key]);
+    }
+    // A new ten seconds of the clock: the call refreshes every key's expiry.
+    store.stats(&p, T0 + 10_000).await.unwrap();
+    // (-2: a chunk the queue has moved past, deleted; -1: no expiry.)
+    let none: Vec<&String> = chunks
+        .iter()
+        .filter(|key| server.cmd::<i64>(&["PTTL", key]) == -1)
+        .collect();
+    assert!(none.is_empty(), "no expiry: {none:?} of {}", chunks.len());
+    assert!(store.check(&p, T0 + 10_000).await.unwrap().is_empty());
+}
+
+/// The admin API's release (no ticket, so no expiry to find a batched
+/// session by) reads the batches a bounded part a call: a session in the
+/// last of 600 batches is found, over several calls, none of which reads
+/// them all. (One call read every batch: 11 ms of Redis per 100,000
+/// sessions.)
+#[tokio::test]
+async fn a_release_without_a_ticket_reads_the_batches_a_part_a_call() {
+    let (server, store) = start().await;
+    let mut p = policy(0, 0);
+    p.room = Arc::from("ticketless");
+    let mut last = None;
+    for round in 0..600u64 {
+        let v = vid(2_000_000 + round);
+        // One newcomer a call at its own millisecond: one batch each.
+        assert!(is_admitted(
+            &store.arrive_new(&p, v, T0 + round).await.unwrap()
+        ));
+        last = Some(v);
+    }
+    let calls = |server: &RedisServer| -> u64 {
+        server
+            .info_field("commandstats", "cmdstat_fcall")
+            .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = calls(&server);
+    assert!(store.release(&p, last.unwrap(), T0 + 1_000).await.unwrap());
+    assert!(calls(&server) - before >= 3, "a part a call");
+    assert!(!store.release(&p, vid(42), T0 + 1_000).await.unwrap());
+    assert_eq!(store.stats(&p, T0 + 1_000).await.unwrap().active, 599);
+}
+
+/// At production size, the tail's ids cross a chunk boundary (65,536 ids):
+/// a batch whose ids straddle it is written in two parts, read back in two,
+/// found at its place, and once the queue has moved past it the first
+/// chunk is deleted; the layout's invariants hold throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_crosses_an_ids_chunk_boundary_at_production_size() {
+    let (server, store) = start().await;
+    let mut p = policy(0, 0);
+    p.room = Arc::from("boundary");
+    p.state = RoomState::Paused;
+    // 2,000 in the head, then 65,536 ids and a few more in the tail.
+    let total: u64 = 2_000 + 65_536 + 300;
+    let mut places = Vec::new();
+    let mut next = 0u64;
+    while next < total {
+        let calls = (0..64u64).map(|i| {
+            let (store, p) = (&store, &p);
+            async move {
+                let v = vid(5_000_000 + next + i);
+                (v, place(&store.arrive_new(p, v, T0).await.unwrap()).seq)
+            }
+        });
+        places.extend(futures::future::join_all(calls).await);
+        next += 64;
+    }
+    places.sort_by_key(|(_, seq)| *seq);
+    let chunks: Vec<String> = server.cmd(&["KEYS", "wr:{boundary}:tail_ids:*"]);
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    assert!(store.check(&p, T0).await.unwrap().is_empty());
+    // Places on both sides of the boundary are found where they stand.
+    for rank in [2_000 + 65_535, 2_000 + 65_536, 2_000 + 65_600] {
+        let (v, seq) = places[rank];
+        let at = place(&store.poll(&p, v, seq, T0 + 1).await.unwrap());
+        assert_eq!(at.position, rank as u64 + 1, "rank {rank}");
+    }
+    // The queue moves past the first chunk: it is deleted.
+    p.state = RoomState::Open;
+    p.total_active_users = 2_000 + 65_600;
+    for (v, seq) in places.iter().step_by(997) {
+        let _ = store.poll(&p, *v, *seq, T0 + 2).await.unwrap();
+    }
+    let (v, seq) = places[2_000 + 65_599];
+    assert!(is_admitted(&store.poll(&p, v, seq, T0 + 2).await.unwrap()));
+    let chunks: Vec<String> = server.cmd(&["KEYS", "wr:{boundary}:tail_ids:*"]);
+    assert_eq!(chunks, ["wr:{boundary}:tail_ids:1"]);
+    assert!(store.check(&p, T0 + 2).await.unwrap().is_empty());
+}
+
+/// A rolling upgrade across layouts: the next build (layout 2, which reads
+/// 1 and marks what it touches as 2) and this one (layout 1) decide for the
+/// same room at once, under load. This build decides while the room is
+/// marked 1, then refuses (StoreError::Layout) once the next build has
+/// marked it: nobody is ever admitted over the limit, whoever decides.
+/// (Before the mark, an earlier build admitted "as if the batched
+/// sessions had left".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn builds_of_two_layouts_on_one_redis_never_oversell() {
+    use waitroom::store::redis::{Layout, LAYOUT_VERSION};
+    use waitroom::store::StoreError;
+    let (server, current) = start().await;
+    let next = RedisStore::connect_with_layout(
+        &[server.url()],
+        TIMEOUT,
+        Layout {
+            version: LAYOUT_VERSION + 1,
+            oldest: LAYOUT_VERSION,
+            ..Layout::production()
+        },
+    )
+    .await
+    .unwrap();
+    let mut p = policy(100, 0);
+    p.room = Arc::from("upgrade");
+    // This build makes the room: it is marked as this layout.
+    assert!(is_admitted(
+        &current.arrive_new(&p, vid(1), T0).await.unwrap()
+    ));
+    let layout: String = server.cmd(&["HGET", "wr:{upgrade}:meta", "layout"]);
+    assert_eq!(layout, LAYOUT_VERSION.to_string());
+    // Both decide at once: newcomers, every other one on each build, in
+    // two waves; between them the next build has surely touched the room.
+    let wave = |from: u64| {
+        let (current, next, p) = (&current, &next, &p);
+        futures::future::join_all((from..from + 500).map(move |i| async move {
+            let v = vid(100 + i);
+            if i % 2 == 0 {
+                current.arrive_new(p, v, T0 + 1).await
+            } else {
+                next.arrive_new(p, v, T0 + 1).await
+            }
+        }))
+    };
+    let mut verdicts = wave(0).await;
+    next.stats(&p, T0 + 1).await.unwrap();
+    let second = wave(500).await;
+    assert!(
+        second
+            .iter()
+            .step_by(2)
+            .all(|v| matches!(v, Err(StoreError::Layout(2)))),
+        "this build refuses the newer layout"
+    );
+    verdicts.extend(second);
+    let admitted = verdicts
+        .iter()
+        .filter(|v| matches!(v, Ok(Verdict::Admitted { .. })))
+        .count();
+    assert!(admitted < 100, "{admitted} admitted beside the first");
+    assert!(verdicts
+        .iter()
+        .all(|v| matches!(v, Ok(_) | Err(StoreError::Layout(2)))));
+    // The next build counts every session, whoever made it.
+    assert_eq!(next.stats(&p, T0 + 1).await.unwrap().active, 100);
+    assert!(matches!(
+        current.stats(&p, T0 + 1).await,
+        Err(StoreError::Layout(2))
+    ));
+    assert!(next.check(&p, T0 + 1).await.unwrap().is_empty());
+}
+
+/// A room written before layouts were marked (layout 0: the same keys as
+/// 1) is read by this build, which marks it.
+#[tokio::test]
+async fn an_unmarked_room_is_read_and_marked() {
+    let (server, store) = start().await;
+    let mut p = policy(5, 0);
+    p.room = Arc::from("unmarked");
+    assert!(is_admitted(
+        &store.arrive_new(&p, vid(1), T0).await.unwrap()
+    ));
+    let _: i64 = server.cmd(&["HDEL", "wr:{unmarked}:meta", "layout"]);
+    assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 1);
+    let layout: String = server.cmd(&["HGET", "wr:{unmarked}:meta", "layout"]);
+    assert_eq!(layout, waitroom::store::redis::LAYOUT_VERSION.to_string());
+}

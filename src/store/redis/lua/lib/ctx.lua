@@ -41,8 +41,8 @@
 --     the caller passes (STALE <revision>): the caller reads them and
 --     calls again, so no instance decides on limits an operator has
 --     changed.
--- A room without a layout mark gets this build's (the keys of layouts 0
--- and 1 are the same; 0 marked nothing).
+-- A room without a layout mark (new, or written by a build before layouts
+-- were marked: layout 0, the same keys as 1) gets this build's.
 
 -- Parsed policies by their text (at most 256 kept).
 local policies, policies_n = {}, 0
@@ -145,11 +145,10 @@ local function begin(keys, args)
         if v > LAYOUT_VERSION or v < LAYOUT_OLDEST then
             return { refused = redis.error_reply('LAYOUT ' .. (layout or '0')) }
         end
-        -- Marked only once the room exists: a function that finds nothing
-        -- writes nothing.
-        if layout or redis.call('EXISTS', c.k.meta) == 1 then
-            redis.call('HSET', c.k.meta, 'layout', LAYOUT_VERSION_S)
-        end
+        -- (A room's first call marks it, before it writes anything; the
+        -- meta key then lives as the room's keys do.)
+        redis.call('HSET', c.k.meta, 'layout', LAYOUT_VERSION_S)
+        redis.call('PEXPIRE', c.k.meta, p.key_ttl_ms)
     end
     if m[2] and tonumber(m[2]) > p.revision then
         return { refused = redis.error_reply('STALE ' .. m[2]) }
