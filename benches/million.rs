@@ -115,7 +115,7 @@ async fn fill(store: &RedisStore, n: u64) -> Vec<(u64, u64)> {
         let now = SystemClock.now_ms();
         let verdicts = futures_util::future::join_all((i..end).map(|k| {
             let (store, policy) = (store.clone(), Arc::clone(&policy));
-            async move { (k, store.arrive(&policy, vid(k), now).await) }
+            async move { (k, store.arrive_new(&policy, vid(k), now).await) }
         }))
         .await;
         for (k, v) in verdicts {
@@ -240,7 +240,7 @@ async fn poll_run(
 
 /// A queued visitor's place counted in the store's keys: its rank in the
 /// sorted set of the queue's head or, in the tail (one member per batch, see
-/// lua/prelude.lua), the head's length plus the places ahead of its member
+/// lua/lib/tail.lua), the head's length plus the places ahead of its member
 /// and its offset there. Nobody leaves the queue in this benchmark, so the
 /// tail's count is exact.
 const EXACT_POSITION: &str = r"

@@ -141,7 +141,7 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     let after = used_memory(server);
     let q = key_bytes(server, "wr:{mem-queue}:queue");
     let tail = key_bytes(server, "wr:{mem-queue}:tail");
-    // The tail's ids, in chunks of 65,536 (lua/prelude.lua, "The tail").
+    // The tail's ids, in chunks of 65,536 (lua/lib/tail.lua).
     let ids: i64 = (0..=n / 65_536)
         .map(|c| key_bytes(server, &format!("wr:{{mem-queue}}:tail_ids:{c}")))
         .sum();
@@ -264,6 +264,21 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
         store.poll(&p, vid(i), seq, now + 1).await.expect("poll");
     }
     report("poll (still queued)", server);
+    // The same polls of places in the tail (past the head's 2,000 places),
+    // what a head kept as the tail's first members would cost every poll.
+    let mut tail = Vec::new();
+    for i in 2 * k..2 * k + 2_000 {
+        if let Verdict::Queued(q) = store.arrive_new(&p, vid(i), now).await.expect("arrive") {
+            if i >= 2 * k + 1_000 {
+                tail.push((i, q.seq));
+            }
+        }
+    }
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for &(i, seq) in &tail {
+        store.poll(&p, vid(i), seq, now + 1).await.expect("poll");
+    }
+    report("poll (still queued, in the tail)", server);
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     for i in 0..k {
         store
@@ -592,7 +607,7 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
 /// queue place, its score a string made in Lua); `sadd` a set entry (the
 /// recipe's); `rpush` a list entry (an append-only log); `batch` one
 /// sorted-set entry for the whole batch, its visitors' ids joined
-/// (docs/redis-queue-batches.md).
+/// (docs/redis-layout.md).
 const FLOORS: &str = r"#!lua name=waitroom_bench_floors
 local DIGITS3
 -- Kept from call to call, as arrive's ZADD arguments are.

@@ -611,7 +611,7 @@ fn the_model_keeps_the_invariants() {
         Divergence {
             positions_may_be_high: false,
         },
-        cases(200),
+        cases(500),
         80,
     );
 }
@@ -630,7 +630,7 @@ fn the_memory_store_agrees_with_the_model() {
         Divergence {
             positions_may_be_high: false,
         },
-        cases(200),
+        cases(500),
         80,
     );
 }
@@ -742,13 +742,13 @@ fn redis_run(urls: Vec<String>, what: Run<'_>) {
 #[test]
 fn the_redis_store_agrees_with_the_model() {
     let server = redis_server::RedisServer::start();
-    redis_run(vec![server.url()], Run::Cases(64));
+    redis_run(vec![server.url()], Run::Cases(200));
 }
 
 #[test]
 fn the_redis_cluster_store_agrees_with_the_model() {
     let cluster = redis_server::RedisCluster::start();
-    redis_run(cluster.urls(), Run::Cases(24));
+    redis_run(cluster.urls(), Run::Cases(100));
 }
 
 /// Runs the sequence in `WR_MODEL_REPLAY` (as a failing case prints it) on

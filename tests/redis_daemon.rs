@@ -300,8 +300,8 @@ async fn admitted_requests_cost_no_redis_command_until_their_check_in() {
         "no store decision for admitted requests"
     );
     // At the check-in (a quarter of the 60 s session) one script renews the
-    // session: its first renewal takes it out of its batch (lua/prelude.lua,
-    // "Session batches"), a ZADD of its mark and one of the session.
+    // session: its first renewal takes it out of its batch
+    // (lua/lib/sessions.lua), a ZADD of its mark and one of the session.
     h.clock.advance(Duration::from_secs(16));
     assert!(from_origin(&v.get(h.url("/")).send().await.unwrap()));
     assert_eq!(calls(&server, "zadd"), before + 2);

@@ -406,7 +406,7 @@ async fn a_room_that_turns_random_picks_from_the_whole_queue() {
 }
 
 /// The back of a long queue is written one member per batch of newcomers
-/// (lua/prelude.lua, "The tail"), not one entry per visitor, with the ids
+/// (lua/lib/tail.lua), not one entry per visitor, with the ids
 /// in one string; the ids or the tail lost alone come back from the
 /// tickets at their seqs (I5), in ticket order.
 #[tokio::test]
@@ -1187,6 +1187,65 @@ async fn builds_of_two_layouts_on_one_redis_never_oversell() {
         current.stats(&p, T0 + 1).await,
         Err(StoreError::Layout(2))
     ));
+    assert!(next.check(&p, T0 + 1).await.unwrap().is_empty());
+}
+
+/// The seamless path (expand, then contract): an "expand" release of this
+/// layout that already reads the next one, beside the next build, under
+/// load. Neither refuses anything, the room keeps the newer mark, and
+/// exactly the limit is admitted, whoever decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expand_release_decides_beside_the_next_layout() {
+    use waitroom::store::redis::{Layout, LAYOUT_VERSION};
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let urls = [server.url()];
+    let with = |layout: Layout| RedisStore::connect_with_layout(&urls, TIMEOUT, layout);
+    let expand = with(Layout {
+        newest: LAYOUT_VERSION + 1,
+        ..Layout::production()
+    })
+    .await
+    .unwrap();
+    let next = with(Layout {
+        version: LAYOUT_VERSION + 1,
+        oldest: LAYOUT_VERSION,
+        ..Layout::production()
+    })
+    .await
+    .unwrap();
+    let mut p = policy(100, 0);
+    p.room = Arc::from("expand");
+    assert!(is_admitted(
+        &expand.arrive_new(&p, vid(1), T0).await.unwrap()
+    ));
+    let verdicts = futures::future::join_all((0..1_000u64).map(|i| {
+        let (expand, next, p) = (&expand, &next, &p);
+        async move {
+            let v = vid(100 + i);
+            if i % 2 == 0 {
+                expand.arrive_new(p, v, T0 + 1).await
+            } else {
+                next.arrive_new(p, v, T0 + 1).await
+            }
+        }
+    }))
+    .await;
+    let admitted = verdicts
+        .iter()
+        .map(|v| match v {
+            Ok(v) => is_admitted(v),
+            Err(e) => panic!("refused: {e:?}"),
+        })
+        .filter(|a| *a)
+        .count();
+    assert_eq!(admitted, 99);
+    assert_eq!(expand.stats(&p, T0 + 1).await.unwrap().active, 100);
+    // The expand release touched the room last: the newer mark stays.
+    let layout: String = server.cmd(&["HGET", "wr:{expand}:meta", "layout"]);
+    assert_eq!(layout, (LAYOUT_VERSION + 1).to_string());
+    assert!(expand.check(&p, T0 + 1).await.unwrap().is_empty());
     assert!(next.check(&p, T0 + 1).await.unwrap().is_empty());
 }
 

@@ -322,8 +322,8 @@ async fn a_rate_raised_elsewhere_is_read_before_deciding_and_widens_the_frontier
     );
 }
 
-/// A frontier that falls in the tail of a long queue (lua/prelude.lua, "The
-/// tail"), where ranks still count visitors who left it: the description
+/// A frontier that falls in the tail of a long queue (lua/lib/tail.lua),
+/// where ranks still count visitors who left it: the description
 /// moves the places up to it into `queue` first, so that nobody its
 /// admissions will reach is answered "queued" without a script. Here 600
 /// released places sit just behind the head when the rate window is about

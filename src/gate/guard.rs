@@ -7,7 +7,7 @@
 //!
 //! That last part matters with a frozen Redis: a new visitor's `arrive`
 //! that timed out may still run when Redis thaws. The script refuses to run
-//! past its deadline (`store/lua/prelude.lua`), and for the narrow window
+//! past its deadline (`store/redis/lua/lib/ctx.lua`), and for the narrow window
 //! where a script ran just before its deadline but the answer came too late,
 //! the visitor id (never handed to anyone) is released once the store is
 //! back, so no ghost session or queue place outlives the outage.

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// A global region script: the record codec (`region_record.lua`) in front
-/// of it, as `prelude.lua` is for the room scripts.
+/// of it, as `lua/lib/` is for the room scripts.
 macro_rules! region_script {
     ($file:literal) => {
         concat!(

@@ -417,7 +417,7 @@ impl Run<'_> {
         let i = self.visitors.len() as u32;
         let id = VisitorId(self.rng.gen());
         self.summary.arrived += 1;
-        let verdict = self.store.arrive(&self.policy, id, now).await?;
+        let verdict = self.store.arrive_new(&self.policy, id, now).await?;
         let mut visitor = Visitor {
             id,
             joined: now,

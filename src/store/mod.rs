@@ -445,7 +445,10 @@ pub enum StoreError {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// A visitor without a valid ticket arrives: admit, enqueue at the back,
-    /// or reject, in one atomic step.
+    /// or reject, in one atomic step. A visitor the room already holds gets
+    /// its session or place back. (On Redis, finding a place in the tail
+    /// reads the whole tail, which grows with the queue: visitors whose id
+    /// was just made come through [`Store::arrive_new`].)
     async fn arrive(
         &self,
         room: &RoomPolicy,

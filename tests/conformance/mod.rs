@@ -1643,7 +1643,7 @@ pub async fn visitors_who_leave_far_back_are_never_admitted(h: &Harness) {
 
 /// Newcomers admitted together (the daemon's `arrive_new`, many at once;
 /// the Redis store keeps their sessions as one entry per call, see
-/// lua/prelude.lua "Session batches") are sessions one by one: each counts,
+/// lua/lib/sessions.lua) are sessions one by one: each counts,
 /// checks in by its ticket, renews, is released, reset or expires alone,
 /// and nobody is admitted past the capacity (I1).
 pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {

@@ -2,7 +2,7 @@
 //!
 //! Each room lives in keys that share the hash tag `{room}`, so every
 //! script touches one slot and the same scripts run on a single Redis and on
-//! Redis Cluster. The decision logic is in `lua/*.lua` (see `lua/prelude.lua`
+//! Redis Cluster. The decision logic is in `lua/*.lua` (see `lua/lib/ctx.lua`
 //! for the key layout and arguments); this module builds the calls, bounds
 //! each one by the store timeout and decodes the answers. Two things keep
 //! the cost per visitor on Redis low:
@@ -361,7 +361,7 @@ impl Inner {
     }
 
     /// A room function call with the policy, `now` and a deadline as its
-    /// leading arguments (see `lua/prelude.lua`).
+    /// leading arguments (see `lua/lib/ctx.lua`).
     fn room_call(
         &self,
         function: RoomFn,
@@ -381,7 +381,7 @@ impl Inner {
         } else {
             &"rate_grant"
         };
-        // One argument, parsed once per distinct string by the prelude.
+        // One argument, parsed once per distinct string (`lua/lib/ctx.lua`).
         let policy = wire::policy_arg(room, cap, key_ttl_ms(room));
         inv.arg(now_ms).arg(policy).arg(deadline_us);
         inv

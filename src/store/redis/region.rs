@@ -5,7 +5,7 @@
 //! *grant*, kept in the room's meta hash as two totals that only grow:
 //! `g_raised` (slots the global store granted this region) and `g_lowered`
 //! (slots the region gave back). Every room script reads the grant in the
-//! same atomic run that decides (`lua/prelude.lua`), so every instance of
+//! same atomic run that decides (`lua/lib/ctx.lua`), so every instance of
 //! the region decides against the same grant. The global store keeps the
 //! same two totals per region; this store only ever takes the larger of
 //! its own and the global one, which is why the order and lateness of the

@@ -24,6 +24,11 @@ pub const LAYOUT_VERSION: u64 = 1;
 /// builds before versions (the same keys and formats as 1).
 pub const LAYOUT_OLDEST: u64 = 0;
 
+/// The newest layout this build reads. Above `LAYOUT_VERSION` only in an
+/// "expand" release, which reads the next layout before any build writes
+/// it (`docs/redis-layout.md`, "Upgrades").
+pub const LAYOUT_NEWEST: u64 = LAYOUT_VERSION;
+
 /// The sizes of the layout. The production sizes are those the cost
 /// figures were measured with; tests build the library with small ones so
 /// that tens of visitors reach the tail, cross chunks and fill a run's
@@ -43,6 +48,9 @@ pub struct Layout {
     /// The oldest version this build still reads (and marks as its own
     /// when it meets it): see `docs/redis-layout.md`, "Upgrades".
     pub oldest: u64,
+    /// The newest version this build reads (a room marked newer than
+    /// `version` keeps its mark).
+    pub newest: u64,
 }
 
 impl Layout {
@@ -55,6 +63,7 @@ impl Layout {
             sweep_max: 2000,
             version: LAYOUT_VERSION,
             oldest: LAYOUT_OLDEST,
+            newest: LAYOUT_NEWEST,
         }
     }
 
@@ -67,6 +76,7 @@ impl Layout {
             sweep_max: 6,
             version: LAYOUT_VERSION,
             oldest: LAYOUT_OLDEST,
+            newest: LAYOUT_NEWEST,
         }
     }
 }
@@ -194,6 +204,10 @@ pub fn lua_constants(layout: &Layout) -> String {
     line("LAYOUT_VERSION", layout.version.to_string());
     line("LAYOUT_VERSION_S", format!("'{}'", layout.version));
     line("LAYOUT_OLDEST", layout.oldest.to_string());
+    line(
+        "LAYOUT_NEWEST",
+        layout.newest.max(layout.version).to_string(),
+    );
     line("HEAD_WINDOW", layout.head_window.to_string());
     line("CHUNK", layout.chunk.to_string());
     line("PROMOTE_MAX", layout.promote_max.to_string());
@@ -274,14 +288,17 @@ pub(super) fn decode_verdict(v: &Value) -> Result<Verdict, StoreError> {
         return Err(protocol("verdict", v));
     };
     let nums: Option<Vec<u64>> = items.iter().map(as_u64).collect();
-    let want = |n: usize| nums.as_ref().is_some_and(|x| x.len() == n);
-    let length_ok = match nums.as_ref().and_then(|n| n.first()) {
-        Some(1) => want(2),
-        Some(2) => want(4),
-        Some(3) => want(2),
-        Some(4) => want(1),
-        _ => false,
-    };
+    // Each tag's exact length (a held or `MORE` reply is no verdict here).
+    let length_ok = nums.as_deref().is_some_and(|x| {
+        [
+            (Tag::Admitted, 2),
+            (Tag::Queued, 4),
+            (Tag::Rejected, 2),
+            (Tag::Ended, 1),
+        ]
+        .iter()
+        .any(|&(tag, n)| x.first() == Some(&(tag as u64)) && x.len() == n)
+    });
     match nums.as_deref().filter(|_| length_ok).and_then(verdict_of) {
         Some(Some(verdict)) => Ok(verdict),
         _ => Err(protocol("verdict", v)),

@@ -67,7 +67,8 @@ end
 local meta = redis.call('HMGET', k.meta, 'last_seq', 'reset_floor', 'layout')
 local last_seq = tonumber(meta[1] or '0')
 local floor = tonumber(meta[2] or '0')
-if redis.call('EXISTS', k.meta) == 1 and meta[3] ~= LAYOUT_VERSION_S then
+local mark = tonumber(meta[3] or '')
+if redis.call('EXISTS', k.meta) == 1 and not (mark and mark >= LAYOUT_VERSION and mark <= LAYOUT_NEWEST) then
     violated('meta layout is ' .. tostring(meta[3]) .. ', not ' .. LAYOUT_VERSION_S)
 end
 local head = redis.call('ZRANGE', k.queue, 0, -1, 'WITHSCORES')

@@ -3,7 +3,7 @@
 -- periodic maintenance, records the polls answered since the last run,
 -- promotes, and describes the queue beyond its admission frontier.
 --
--- KEYS 1..10 as in the prelude, 11 = the room's overrides (JSON).
+-- KEYS 1..10 as in lib/ctx.lua, 11 = the room's overrides (JSON).
 -- ARGV[4] = how far ahead (ms) the answer must hold
 -- ARGV[5] = precision: one sample per 1/ARGV[5] of the distance from the
 --            frontier (so a position read between samples is off by at most
@@ -71,7 +71,7 @@ if c.p.method == 'fifo' and eff_method == 'fifo' and c.rated and len >= min_queu
     end
 end
 
--- Ranks in the tail count whoever left it unseen (see the prelude), so a
+-- Ranks in the tail count whoever left it unseen (see lib/tail.lua), so a
 -- frontier there would sit too far forward: the places up to it move to
 -- `queue` first, where ranks are exact (a few refreshes' worth at a time;
 -- none answered from here until they have).

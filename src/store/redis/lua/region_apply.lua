@@ -1,12 +1,12 @@
 -- region_apply: applies what the global store answered to the region's
--- grant (src/region; see lua/prelude.lua for the grant totals).
+-- grant (src/region; see lua/lib/ctx.lua for the grant totals).
 -- The policy's cap is 'grant'. ARGV[4] = the global store's g_raised for this
 -- region, ARGV[5] = its g_lowered (both only grow; taking the larger of
 -- ours and theirs is safe in any order, however late the answer), ARGV[6]
 -- = the target grant (-1: keep), ARGV[7] = the other regions' oldest
 -- waiting seq (0: nobody waits, -1: leave as is), ARGV[8] = until when
 -- (ms) that bound holds. ARGV[9], ARGV[10], ARGV[11]: the same three for
--- the admission tokens (r_raised, r_lowered, target; see lua/prelude.lua),
+-- the admission tokens (r_raised, r_lowered, target; see lua/lib/ctx.lua),
 -- lowered never below the admissions still in the rate window.
 -- A raise counts only because the global store granted it first; a lower
 -- is made here first (never below the active sessions) and reported after.

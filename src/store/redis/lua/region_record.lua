@@ -1,6 +1,6 @@
 -- Prelude of the global region scripts (region_sync, region_anywhere):
 -- the codec of one region's record in wrg:{room}:regions. The Rust side
--- concatenates it in front of each (room scripts get lua/prelude.lua as a
+-- concatenates it in front of each (room scripts get lua/lib/*.lua as a
 -- function library instead: library.rs).
 -- It also reads the arguments every one of them starts with
 -- (`Region::global_call`): KEYS[1] the room's regions hash, ARGV[1] now

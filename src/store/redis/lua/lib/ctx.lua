@@ -35,8 +35,9 @@
 --
 -- begin() refuses a call (an error reply, nothing written) when
 --   * its deadline has passed (DEADLINE);
---   * the room's keys were written by a layout this build does not know
---     (LAYOUT <version>): it must not decide on what it cannot read;
+--   * the room's keys were written by a layout this build does not read
+--     (LAYOUT <version>: above LAYOUT_NEWEST or below LAYOUT_OLDEST): it
+--     must not decide on what it cannot read;
 --   * the room's runtime settings have a newer revision than the policy
 --     the caller passes (STALE <revision>): the caller reads them and
 --     calls again, so no instance decides on limits an operator has
@@ -142,13 +143,16 @@ local function begin(keys, args)
     local layout = m[1]
     if layout ~= LAYOUT_VERSION_S then
         local v = tonumber(layout or '0')
-        if v > LAYOUT_VERSION or v < LAYOUT_OLDEST then
+        if v > LAYOUT_NEWEST or v < LAYOUT_OLDEST then
             return { refused = redis.error_reply('LAYOUT ' .. (layout or '0')) }
         end
         -- (A room's first call marks it, before it writes anything; the
-        -- meta key then lives as the room's keys do.)
-        redis.call('HSET', c.k.meta, 'layout', LAYOUT_VERSION_S)
-        redis.call('PEXPIRE', c.k.meta, p.key_ttl_ms)
+        -- meta key then lives as the room's keys do. A newer mark this
+        -- build reads stays: an expand release never lowers it.)
+        if v < LAYOUT_VERSION then
+            redis.call('HSET', c.k.meta, 'layout', LAYOUT_VERSION_S)
+            redis.call('PEXPIRE', c.k.meta, p.key_ttl_ms)
+        end
     end
     if m[2] and tonumber(m[2]) > p.revision then
         return { refused = redis.error_reply('STALE ' .. m[2]) }
