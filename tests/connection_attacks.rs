@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use support::raw::{exchange, read_response, RawResponse};
+use support::raw::{exchange, read_response, read_responses, RawResponse};
 use support::{from_origin, Harness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -404,9 +404,9 @@ async fn fill(h: &Harness) -> String {
 async fn pipelined(addr: SocketAddr, request: &[u8], then: &[u8]) -> (RawResponse, RawResponse) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&[request, then].concat()).await.unwrap();
-    let first = read_response(&mut s).await;
-    let second = read_response(&mut s).await;
-    (first, second)
+    let mut both = read_responses(&mut s, 2).await;
+    let second = both.pop().unwrap();
+    (both.pop().unwrap(), second)
 }
 
 const H2C: &str = "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n";

@@ -52,22 +52,39 @@ pub async fn exchange(addr: SocketAddr, request: &[u8]) -> RawResponse {
 
 /// Reads one response from `stream`.
 pub async fn read_response(stream: &mut TcpStream) -> RawResponse {
+    read_responses(stream, 1).await.remove(0)
+}
+
+/// Reads `n` responses from `stream`, as pipelined answers arrive: one
+/// read may carry more than one of them. A response the server closed
+/// before has status 0. Bounded: 10 s.
+pub async fn read_responses(stream: &mut TcpStream, n: usize) -> Vec<RawResponse> {
     let mut buf = Vec::new();
+    let mut out = Vec::new();
     let read = async {
         let mut chunk = [0u8; 16 * 1024];
-        loop {
-            if let Some(resp) = parse(&buf) {
-                return resp;
+        let mut open = true;
+        while out.len() < n {
+            if let Some((resp, used)) = parse(&buf) {
+                out.push(resp);
+                buf.drain(..used);
+                continue;
+            }
+            if !open {
+                out.push(closed(&buf));
+                buf.clear();
+                continue;
             }
             match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return parse(&buf).unwrap_or_else(|| closed(&buf)),
+                Ok(0) | Err(_) => open = false,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
         .await
-        .expect("a response within 10 s")
+        .expect("the responses within 10 s");
+    out
 }
 
 fn closed(buf: &[u8]) -> RawResponse {
@@ -78,8 +95,9 @@ fn closed(buf: &[u8]) -> RawResponse {
     }
 }
 
-/// A complete response at the start of `buf`, if there is one.
-fn parse(buf: &[u8]) -> Option<RawResponse> {
+/// A complete response at the start of `buf`, if there is one, and the
+/// bytes it took.
+fn parse(buf: &[u8]) -> Option<(RawResponse, usize)> {
     let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&buf[..head_end]);
     let mut lines = head.split("\r\n");
@@ -95,27 +113,30 @@ fn parse(buf: &[u8]) -> Option<RawResponse> {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())
     };
-    let body = if let Some(len) = header("content-length") {
+    let (body, body_len) = if let Some(len) = header("content-length") {
         let len: usize = len.parse().ok()?;
         if rest.len() < len {
             return None;
         }
-        rest[..len].to_vec()
+        (rest[..len].to_vec(), len)
     } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
         dechunk(rest)?
     } else if status == 101 || status == 204 || status == 304 {
-        Vec::new()
+        (Vec::new(), 0)
     } else {
         return None;
     };
-    Some(RawResponse {
+    let resp = RawResponse {
         status,
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
-    })
+    };
+    Some((resp, head_end + 4 + body_len))
 }
 
-fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+/// A chunked body (without trailers) and the bytes it took.
+fn dechunk(whole: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let mut rest = whole;
     let mut out = Vec::new();
     loop {
         let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
@@ -123,7 +144,9 @@ fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
             usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?.trim(), 16).ok()?;
         rest = &rest[line_end + 2..];
         if size == 0 {
-            return Some(out);
+            // The empty trailer section ends with one more CRLF.
+            let used = whole.len() - rest.len() + 2.min(rest.len());
+            return Some((out, used));
         }
         if rest.len() < size + 2 {
             return None;
