@@ -12,6 +12,10 @@
 //! `WR_BENCH_CALLERS` (default 64) the concurrent callers.
 //! `WR_BENCH_FLOORS=1` adds the floors (see `FLOORS`): what a visitor costs
 //! Redis when a call only writes it into one structure.
+//!
+//! Last, `replica_acks`: the same decisions and polls on a primary with one
+//! replica, with `store.replica_acks` 0 and 1 in alternating rounds (what
+//! waiting for the replica costs a decision).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
 use waitroom::clock::{Clock, SystemClock};
-use waitroom::store::redis::RedisStore;
+use waitroom::store::redis::{Options, RedisStore, Target};
 use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 const BATCH: usize = 1000;
@@ -747,6 +751,75 @@ impl Drop for CpuLimit {
     }
 }
 
+/// New-visitor decisions and polls with `replica_acks` 0 and 1 on a
+/// primary with one replica, `rounds` rounds alternating.
+async fn replica_acks(rounds: usize, secs: u64, n: u64) {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let urls = [primary.url()];
+    let open = |acks: u32| {
+        let options = Options {
+            replica_acks: acks,
+            replica_ack_timeout: Duration::from_secs(1),
+            ..Options::new(Duration::from_secs(5))
+        };
+        RedisStore::open_with(Target::Urls(&urls), options)
+    };
+    let stores = [
+        Arc::new(open(0).await.expect("connect")),
+        Arc::new(open(1).await.expect("connect")),
+    ];
+    // One queue of `n` for the polls (a paused room: nobody leaves it).
+    let mut paused = room("acks-poll", 1);
+    paused.state = RoomState::Paused;
+    let now = SystemClock.now_ms();
+    let seqs = Arc::new(tokio::sync::Mutex::new(Vec::with_capacity(n as usize)));
+    fill(n, |i| {
+        let (p, seqs, store) = (&paused, Arc::clone(&seqs), &stores[0]);
+        async move {
+            if let Verdict::Queued(q) = store.arrive(p, vid(i), now).await.expect("arrive") {
+                seqs.lock().await.push((i, q.seq));
+            }
+        }
+    })
+    .await;
+    let seqs = Arc::new(std::mem::take(&mut *seqs.lock().await));
+    let paused = Arc::new(paused);
+    let mut first = 1u64 << 44;
+    for round in 0..rounds {
+        for (acks, store) in stores.iter().enumerate() {
+            let s = Arc::clone(store);
+            let open_room = Arc::new(room("acks-open", 0));
+            let from = first;
+            first += 1 << 32;
+            let admitted = measured(&primary, secs, move |i| {
+                let (s, p) = (Arc::clone(&s), Arc::clone(&open_room));
+                async move {
+                    s.arrive_new(&p, vid(from + i), SystemClock.now_ms())
+                        .await
+                        .expect("arrive");
+                }
+            })
+            .await;
+            let s = Arc::clone(store);
+            let (p, sq) = (Arc::clone(&paused), Arc::clone(&seqs));
+            let polls = measured(&primary, secs, move |i| {
+                let (s, p, sq) = (Arc::clone(&s), Arc::clone(&p), Arc::clone(&sq));
+                async move {
+                    let (v, seq) = sq[(i as usize * 7919) % sq.len()];
+                    s.poll(&p, vid(v), seq, SystemClock.now_ms())
+                        .await
+                        .expect("poll");
+                }
+            })
+            .await;
+            println!("round {round}, replica_acks = {acks}: new visitors {admitted}");
+            println!("round {round}, replica_acks = {acks}: polls in a queue of {n}: {polls}");
+        }
+    }
+    drop(replica);
+}
+
 fn main() {
     // Under `cargo test` (no `--bench`) a quick smoke run keeps CI short.
     let measuring = std::env::args().any(|a| a == "--bench");
@@ -775,6 +848,7 @@ fn main() {
         if !measuring || std::env::var_os("WR_BENCH_FLOORS").is_some() {
             floors(&server, secs, reference).await;
         }
+        replica_acks(if measuring { 2 } else { 1 }, secs, n.min(20_000)).await;
     });
     // The server first: its cgroup can go only once it is empty.
     drop(server);

@@ -496,7 +496,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "url_with_memory_backend",
-        "store.url (line 3, column 7): is only used with backend = \"redis\"; set store.backend = \"redis\" or remove the URL",
+        "store.url (line 3, column 7): is only used with backend = \"redis\"; set store.backend = \"redis\" or remove it",
     ),
     (
         "zero_max_connections",
@@ -853,6 +853,93 @@ fn redis_urls_single_and_cluster() {
         }
     );
     assert_eq!(c.store.fail_mode, FailMode::Local);
+}
+
+#[test]
+fn sentinels_name_the_primary_and_carry_both_passwords() {
+    use waitroom::config::SentinelConfig;
+    let src = format!(
+        "[store]\nbackend = \"redis\"\nsentinels = [\"10.0.0.1:26379\", \"redis://10.0.0.2:26380\"]\n\
+         sentinel_master = \"shop\"\npassword_env = \"REDIS_PW\"\n\
+         sentinel_password_env = \"SENTINEL_PW\"\nreplica_acks = 1\ntimeout = \"80ms\"\n{MINIMAL}"
+    );
+    let env = env_of(&[
+        ("WAITROOM_COOKIE_KEYS", KEY_A),
+        ("REDIS_PW", "primary"),
+        ("SENTINEL_PW", "s:ntinel"),
+    ]);
+    let c = from_toml_str_with_env(&src, &env).unwrap();
+    assert_eq!(
+        c.store.backend,
+        Backend::Sentinel(SentinelConfig {
+            sentinels: vec![
+                "redis://:s%3Antinel@10.0.0.1:26379".to_owned(),
+                "redis://:s%3Antinel@10.0.0.2:26380".to_owned()
+            ],
+            master: "shop".into(),
+            password: Some("primary".into()),
+            tls: false,
+        })
+    );
+    assert_eq!(c.store.replica_acks, 1);
+    // Half the store timeout unless given.
+    assert_eq!(c.store.replica_ack_timeout, Duration::from_millis(40));
+}
+
+#[test]
+fn sentinel_and_acknowledgement_mistakes_are_named() {
+    let redis = |extra: &str| format!("[store]\nbackend = \"redis\"\n{extra}\n{MINIMAL}");
+    for (extra, want) in [
+        (
+            "sentinels = [\"a:26379\"]",
+            "store.sentinel_master (line 1, column 1): is required with store.sentinels",
+        ),
+        (
+            "url = \"redis://a/\"\nsentinels = [\"a:26379\"]\nsentinel_master = \"m\"",
+            "store.sentinels (line 4, column 13): and store.url are two ways to find Redis; give one",
+        ),
+        (
+            "sentinels = [\"a\"]\nsentinel_master = \"m\"",
+            "store.sentinels[0] (line 3, column 14): \"a\" needs a port (Sentinels listen on 26379 by default)",
+        ),
+        (
+            "sentinels = [\"a:1\", \"rediss://b:2\"]\nsentinel_master = \"m\"",
+            "mixes redis:// and rediss:// Sentinels",
+        ),
+        (
+            "sentinels = [\"a:1\"]\nsentinel_master = \"two words\"",
+            "is not a master name",
+        ),
+        (
+            "url = \"redis://a/\"\nsentinel_master = \"m\"",
+            "store.sentinel_master (line 4, column 19): is only used with store.sentinels",
+        ),
+        (
+            "url = \"redis://a/\"\nreplica_acks = 17",
+            "store.replica_acks (line 4, column 16): is the number of replicas that must acknowledge a decision: at most 16, got 17",
+        ),
+        (
+            "url = \"redis://a/\"\ntimeout = \"50ms\"\nreplica_ack_timeout = \"50ms\"",
+            "store.replica_ack_timeout (line 5, column 23): must be shorter than store.timeout (50 ms)",
+        ),
+    ] {
+        let e = err(&redis(extra), &fixture_env);
+        assert!(e.starts_with(want) || e.contains(want), "{extra}: {e}");
+    }
+    for key in [
+        "sentinels = [\"a:1\"]",
+        "replica_acks = 1",
+        "sentinel_master = \"m\"",
+    ] {
+        let src = format!("[store]\n{key}\n{MINIMAL}");
+        let e = err(&src, &fixture_env);
+        assert!(
+            e.contains(
+                "is only used with backend = \"redis\"; set store.backend = \"redis\" or remove it"
+            ),
+            "{key}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
 use waitroom::clock::Millis;
-use waitroom::store::redis::RedisStore;
+use waitroom::store::redis::{Options, RedisStore, Target};
 use waitroom::store::{
     QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, StoreError, Verdict, VisitorId,
 };
@@ -1263,4 +1263,106 @@ async fn an_unmarked_room_is_read_and_marked() {
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 1);
     let layout: String = server.cmd(&["HGET", "wr:{unmarked}:meta", "layout"]);
     assert_eq!(layout, waitroom::store::redis::LAYOUT_VERSION.to_string());
+}
+
+/// `replica_acks`: a decision no replica acknowledged is "unavailable" (the
+/// guard answers with `fail_mode`), and what it wrote still counts; with a
+/// replica, decisions go through. `NOREPLICAS` (from
+/// `min-replicas-to-write`) is "unavailable" too, not a protocol error.
+#[tokio::test]
+async fn unacknowledged_decisions_and_noreplicas_are_unavailable() {
+    // The replica first: a primary's first replica changes its replication
+    // id, which the store would take for a loss (docs/failover.md).
+    let (server, replica) = tokio::task::spawn_blocking(|| {
+        let server = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&server);
+        (server, replica)
+    })
+    .await
+    .unwrap();
+    let urls = [server.url()];
+    let options = Options {
+        replica_acks: 1,
+        replica_ack_timeout: Duration::from_millis(50),
+        ..Options::new(TIMEOUT)
+    };
+    let acked = RedisStore::open_with(Target::Urls(&urls), options)
+        .await
+        .unwrap();
+    let plain = RedisStore::connect(&urls, TIMEOUT).await.unwrap();
+    let p = policy(5, 0);
+    assert!(is_admitted(&acked.arrive(&p, vid(1), T0).await.unwrap()));
+
+    replica.pause();
+    let result = acked.arrive(&p, vid(2), T0).await;
+    match &result {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("0 of 1 replicas"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Written, so counted: the safe direction.
+    assert_eq!(plain.stats(&p, T0).await.unwrap().active, 2);
+    replica.resume();
+
+    let _: () = server.cmd(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+    let _: () = server.cmd(&["CONFIG", "SET", "min-replicas-to-write", "2"]);
+    let result = plain.arrive(&p, vid(3), T0).await;
+    assert!(
+        matches!(&result, Err(StoreError::Unavailable(why)) if why == "NOREPLICAS"),
+        "{result:?}"
+    );
+    drop(replica);
+}
+
+/// A server that comes back without its data (a restart without
+/// persistence; a failover is the same to the store) holds each room it
+/// knew closed to newcomers for one check-in interval from the room's next
+/// decision, so a session that survives on its ticket is counted again
+/// before a newcomer takes its place; then the room is as full as before.
+#[tokio::test]
+async fn a_lost_history_holds_newcomers_until_the_sessions_checked_in() {
+    let mut server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let store = RedisStore::connect(&[server.url()], TIMEOUT).await.unwrap();
+    let p = policy(2, 0);
+    let mut expiries = Vec::new();
+    for i in 1..=2 {
+        match store.arrive(&p, vid(i), T0).await.unwrap() {
+            Verdict::Admitted { session_expires_ms } => expiries.push(session_expires_ms),
+            v => panic!("{v:?}"),
+        }
+    }
+    // Both instances' upkeep has marked the room with the history.
+    store.upkeep().await;
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats(&p, T0).await.is_err() {
+        assert!(Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The stats call above decided before the upkeep saw the loss; a
+    // newcomer now would be admitted (nothing held yet). The upkeep sees it:
+    store.upkeep().await;
+    let t1 = T0 + 1_000;
+    let held = store.arrive(&p, vid(10), t1).await.unwrap();
+    assert!(matches!(held, Verdict::Queued(_)), "{held:?}");
+    // Within the hold, the lost sessions check in and are counted again.
+    let check_in = p.check_in_interval_ms();
+    for (i, expiry) in (1..=2).zip(&expiries) {
+        let renewed = store.check_in(&p, vid(i), *expiry, t1 + check_in - 1).await;
+        assert!(renewed.unwrap().is_some());
+    }
+    // After it, the room is full: the newcomer waits.
+    let after = t1 + check_in + 1;
+    assert!(matches!(
+        store.arrive(&p, vid(11), after).await.unwrap(),
+        Verdict::Queued(_)
+    ));
+    assert_eq!(store.stats(&p, after).await.unwrap().active, 2);
+    drop(server);
 }

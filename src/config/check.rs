@@ -16,7 +16,7 @@ use super::load::{LoadOptions, Problem};
 use super::raw::*;
 use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RegionConfig, RoomConfig,
-    Secret, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
+    Secret, SentinelConfig, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
 use crate::i18n::{Lang, Language};
 use crate::store::{EventSpec, Settings};
@@ -408,46 +408,63 @@ impl Checker<'_, '_> {
 
     fn store(&mut self, raw: RawStore) -> StoreConfig {
         let p = root().key("store");
-        let backend = match raw.backend {
-            None | Some(RawBackend::Memory) => {
-                // A URL with the memory backend usually means a forgotten
-                // `backend = "redis"`: instances would silently not share state.
-                if raw.url.is_some() {
+        let redis = matches!(raw.backend, Some(RawBackend::Redis));
+        if !redis {
+            // A URL with the memory backend usually means a forgotten
+            // `backend = "redis"`: instances would silently not share state.
+            for (key, set) in [
+                ("url", raw.url.is_some()),
+                ("sentinels", raw.sentinels.is_some()),
+                ("sentinel_master", raw.sentinel_master.is_some()),
+                ("sentinel_password_env", raw.sentinel_password_env.is_some()),
+                ("password_env", raw.password_env.is_some()),
+                ("replica_acks", raw.replica_acks.is_some()),
+                ("replica_ack_timeout", raw.replica_ack_timeout.is_some()),
+            ] {
+                if set {
                     self.fail(
-                        &p.key("url"),
-                        r#"is only used with backend = "redis"; set store.backend = "redis" or remove the URL"#,
+                        &p.key(key),
+                        r#"is only used with backend = "redis"; set store.backend = "redis" or remove it"#,
                     );
                 }
-                if raw.password_env.is_some() {
-                    self.fail(
-                        &p.key("password_env"),
-                        r#"is only used with backend = "redis""#,
-                    );
-                }
-                Backend::Memory
             }
-            Some(RawBackend::Redis) => {
-                let password = match raw.password_env {
-                    None => None,
-                    Some(name) => {
-                        let path = p.key("password_env");
-                        match self.env_name(&path, Some(name), "") {
-                            Some(var) => {
-                                let value = self.env_value(&var);
-                                if value.is_none() {
-                                    self.fail(
-                                        &path,
-                                        format!("environment variable {var} is not set"),
-                                    );
-                                }
-                                value
-                            }
-                            None => None,
+        }
+        let backend = if !redis {
+            Backend::Memory
+        } else {
+            let password = self.password(&p.key("password_env"), raw.password_env);
+            match (raw.url, raw.sentinels) {
+                (Some(_), Some(_)) => {
+                    self.fail(
+                        &p.key("sentinels"),
+                        "and store.url are two ways to find Redis; give one",
+                    );
+                    Backend::Memory
+                }
+                (None, Some(sentinels)) => {
+                    let sentinel_password =
+                        self.password(&p.key("sentinel_password_env"), raw.sentinel_password_env);
+                    self.sentinels(
+                        &p,
+                        sentinels,
+                        raw.sentinel_master,
+                        password,
+                        sentinel_password.as_deref(),
+                    )
+                }
+                (url, None) => {
+                    for key in ["sentinel_master", "sentinel_password_env"] {
+                        let set = match key {
+                            "sentinel_master" => raw.sentinel_master.is_some(),
+                            _ => raw.sentinel_password_env.is_some(),
+                        };
+                        if set {
+                            self.fail(&p.key(key), "is only used with store.sentinels");
                         }
                     }
-                };
-                Backend::Redis {
-                    urls: self.redis_urls(&p.key("url"), raw.url, password.as_deref()),
+                    Backend::Redis {
+                        urls: self.redis_urls(&p.key("url"), url, password.as_deref()),
+                    }
                 }
             }
         };
@@ -466,6 +483,30 @@ impl Checker<'_, '_> {
         if instances == 0 {
             self.fail(&p.key("instances"), "must be at least 1, got 0");
         }
+        let replica_acks = raw.replica_acks.unwrap_or(0);
+        if replica_acks > 16 {
+            self.fail(
+                &p.key("replica_acks"),
+                format!("is the number of replicas that must acknowledge a decision: at most 16, got {replica_acks}"),
+            );
+        }
+        // Within the store timeout, which bounds the whole decision.
+        let ack_path = p.key("replica_ack_timeout");
+        let replica_ack_timeout = self.duration(
+            &ack_path,
+            raw.replica_ack_timeout,
+            timeout / 2,
+            Duration::from_millis(1),
+        );
+        if replica_ack_timeout >= timeout && timeout > Duration::ZERO {
+            self.fail(
+                &ack_path,
+                format!(
+                    "must be shorter than store.timeout ({} ms), which bounds the decision and its acknowledgements together",
+                    timeout.as_millis()
+                ),
+            );
+        }
         let tls_ca = raw
             .tls_ca
             .and_then(|ca| self.tls_ca(&p.key("tls_ca"), ca, &backend));
@@ -475,16 +516,96 @@ impl Checker<'_, '_> {
             fail_mode,
             instances: instances.max(1),
             tls_ca,
+            replica_acks: u32::try_from(replica_acks.min(16)).unwrap_or(16),
+            replica_ack_timeout,
         }
+    }
+
+    /// A password from the environment variable named at `path`, if any.
+    fn password(&mut self, path: &KeyPath, name: Option<String>) -> Option<String> {
+        let name = name?;
+        let var = self.env_name(path, Some(name), "")?;
+        let value = self.env_value(&var);
+        if value.is_none() {
+            self.fail(path, format!("environment variable {var} is not set"));
+        }
+        value
+    }
+
+    /// `store.sentinels`: `host:port` (or `redis://`/`rediss://` URLs of
+    /// the Sentinels), with `store.sentinel_master`.
+    fn sentinels(
+        &mut self,
+        p: &KeyPath,
+        raw: Vec<String>,
+        master: Option<String>,
+        password: Option<String>,
+        sentinel_password: Option<&str>,
+    ) -> Backend {
+        let path = p.key("sentinels");
+        if raw.is_empty() {
+            self.fail(&path, "must list at least one Sentinel (\"host:port\")");
+        }
+        let mut sentinels = Vec::with_capacity(raw.len());
+        for (i, entry) in raw.into_iter().enumerate() {
+            let url = if entry.contains("://") {
+                entry.clone()
+            } else {
+                format!("redis://{entry}")
+            };
+            match check_redis_url(&url, sentinel_password) {
+                Ok(url) if redis::parse_redis_url(&url).is_some_and(|u| u.port().is_some()) => {
+                    sentinels.push(url)
+                }
+                Ok(_) => self.fail(
+                    &path.index(i),
+                    format!(
+                        "{} needs a port (Sentinels listen on 26379 by default)",
+                        redact_url(&entry)
+                    ),
+                ),
+                Err(why) => self.fail(&path.index(i), format!("{} {why}", redact_url(&entry))),
+            }
+        }
+        let tls = sentinels
+            .iter()
+            .filter(|u| u.starts_with("rediss://"))
+            .count();
+        if tls != 0 && tls != sentinels.len() {
+            self.fail(
+                &path,
+                "mixes redis:// and rediss:// Sentinels; use TLS with all or none",
+            );
+        }
+        let master = match master {
+            Some(m) if !m.trim().is_empty() && !m.contains(char::is_whitespace) => m,
+            Some(m) => {
+                self.fail(
+                    &p.key("sentinel_master"),
+                    format!("{m:?} is not a master name (one word, as in the Sentinels' `sentinel monitor`)"),
+                );
+                String::new()
+            }
+            None => {
+                self.fail(
+                    &p.key("sentinel_master"),
+                    "is required with store.sentinels: the name the Sentinels monitor the primary by",
+                );
+                String::new()
+            }
+        };
+        Backend::Sentinel(SentinelConfig {
+            sentinels,
+            master,
+            password,
+            tls: tls > 0,
+        })
     }
 
     /// `store.tls_ca`: a PEM bundle of the CAs `rediss://` servers are
     /// checked against, read here so a bad file is a config problem.
     fn tls_ca(&mut self, path: &KeyPath, text: String, backend: &Backend) -> Option<PathBuf> {
-        let uses_tls = match backend {
-            Backend::Memory => false,
-            Backend::Redis { urls } => urls.iter().any(|u| u.starts_with("rediss://")),
-        };
+        let uses_tls = backend.uses_tls();
         if !uses_tls {
             self.fail(path, "is only used with rediss:// URLs (Redis over TLS)");
             return None;
@@ -529,7 +650,7 @@ impl Checker<'_, '_> {
                 &p.key("global_url"),
                 "is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
             ),
-            Backend::Redis { .. } => {}
+            Backend::Redis { .. } | Backend::Sentinel(_) => {}
         }
         let interval_text = raw.sync_interval.as_ref().map(|d| d.text.clone());
         let sync_interval = self.duration(

@@ -176,6 +176,11 @@ pub struct StoreConfig {
     /// PEM file of the CAs trusted for `rediss://` (instead of the
     /// system's roots).
     pub tls_ca: Option<PathBuf>,
+    /// Replicas that must acknowledge every writing decision (`WAIT`);
+    /// 0: none.
+    pub replica_acks: u32,
+    /// Longest a decision waits for them.
+    pub replica_ack_timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,6 +190,33 @@ pub enum Backend {
     Redis {
         urls: Vec<String>,
     },
+    /// A primary found through Sentinel, followed across failovers.
+    Sentinel(SentinelConfig),
+}
+
+/// `store.sentinels` and the keys that go with them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The Sentinels, as `redis://` (or `rediss://`) URLs carrying the
+    /// Sentinels' password when one is set.
+    pub sentinels: Vec<String>,
+    /// The name the Sentinels know the primary by.
+    pub master: String,
+    /// The primary's (and replicas') password, as for `store.url`.
+    pub password: Option<String>,
+    /// TLS to the Sentinels and to the primary (`rediss://` Sentinels).
+    pub tls: bool,
+}
+
+impl Backend {
+    /// Whether the store is reached over TLS.
+    pub fn uses_tls(&self) -> bool {
+        match self {
+            Backend::Memory => false,
+            Backend::Redis { urls } => urls.iter().any(|u| u.starts_with("rediss://")),
+            Backend::Sentinel(s) => s.tls,
+        }
+    }
 }
 
 /// What the daemon does while the store is unreachable (SPEC §8).

@@ -122,6 +122,16 @@ pub(super) struct RawStore {
     pub(super) instances: Option<u64>,
     /// PEM CA bundle trusted for `rediss://` URLs.
     pub(super) tls_ca: Option<String>,
+    /// The Sentinels to ask for the primary, instead of `url`.
+    pub(super) sentinels: Option<Vec<String>>,
+    /// The name the Sentinels know the primary by.
+    pub(super) sentinel_master: Option<String>,
+    /// Environment variable holding the Sentinels' own password.
+    pub(super) sentinel_password_env: Option<String>,
+    /// Replicas that must acknowledge every writing decision (0: none).
+    pub(super) replica_acks: Option<u64>,
+    /// Longest a decision waits for those acknowledgements.
+    pub(super) replica_ack_timeout: Option<RawDuration>,
 }
 
 #[derive(Deserialize)]

@@ -55,6 +55,9 @@ pub struct StoreGuard {
     down: AtomicBool,
     /// While the store is down: when (clock ms) to let one probe through.
     retry_at_ms: AtomicU64,
+    /// Sessions ended here whose end the store did not record, with the
+    /// policy and the ticket's expiry (`end_session`).
+    ends: Mutex<Vec<(Arc<RoomPolicy>, VisitorId, Millis)>>,
     /// New visitors whose `arrive` was sent but not answered in time.
     /// (The policy and time of the arrival, by which a store can tell
     /// where the session it may have made lies.)
@@ -79,6 +82,7 @@ impl StoreGuard {
             down: AtomicBool::new(false),
             retry_at_ms: AtomicU64::new(0),
             orphans: Mutex::new(Vec::new()),
+            ends: Mutex::new(Vec::new()),
         }
     }
 
@@ -177,7 +181,11 @@ impl StoreGuard {
     }
 
     /// Ends an admitted visitor's session by its ticket (the origin's
-    /// revoke; a ticket used from too many networks).
+    /// revoke; a ticket used from too many networks). One the store did
+    /// not record (down, or too few replicas acknowledged it) is sent
+    /// again at each upkeep until it is: other instances would otherwise
+    /// keep counting the session at its check-ins, and a failover could
+    /// bring it back.
     pub async fn end_session(
         &self,
         room: &Room,
@@ -185,12 +193,53 @@ impl StoreGuard {
         ticket_expires: Millis,
         now: Millis,
     ) -> Result<bool, StoreError> {
-        self.on_room(room, now, |p| async move {
-            self.shared
-                .end_session(&p, visitor, ticket_expires, now)
-                .await
-        })
-        .await
+        let result = self
+            .on_room(room, now, |p| async move {
+                self.shared
+                    .end_session(&p, visitor, ticket_expires, now)
+                    .await
+            })
+            .await;
+        if result.is_err() {
+            let mut ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+            if ends.len() >= MAX_ORPHANS {
+                ends.remove(0);
+            }
+            ends.push((room.policy_at(now), visitor, ticket_expires));
+        }
+        result
+    }
+
+    /// Ends of sessions not recorded yet (see `end_session`).
+    pub fn unrecorded_ends(&self) -> usize {
+        self.ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Sends the unrecorded ends again (off the request path).
+    async fn record_ends(&self) {
+        let batch: Vec<_> = {
+            let mut ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = ends.len().min(ORPHANS_PER_ROUND);
+            ends.drain(..n).collect()
+        };
+        for (i, (policy, visitor, expires)) in batch.iter().enumerate() {
+            let now = self.clock.now_ms();
+            let end = self.shared.end_session(policy, *visitor, *expires, now);
+            if self.call(end).await.is_err() {
+                let mut ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+                ends.extend(batch[i..].iter().cloned());
+                return;
+            }
+        }
+        if !batch.is_empty() {
+            tracing::info!(
+                ended = batch.len(),
+                "recorded session ends the store had missed"
+            );
+        }
     }
 
     /// The room's live figures (the store's periodic maintenance runs too).
@@ -308,11 +357,13 @@ impl StoreGuard {
     }
 
     /// Releases visitors whose `arrive` may have landed after its caller gave
-    /// up (called off the request path while the store is up).
+    /// up, and records the session ends the store missed (called off the
+    /// request path while the store is up).
     pub async fn release_orphans(&self) {
         if !self.is_up() {
             return;
         }
+        self.record_ends().await;
         let batch: Vec<_> = {
             let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
             let n = orphans.len().min(ORPHANS_PER_ROUND);

@@ -370,34 +370,39 @@ async fn open_store(
     config: &Config,
     telemetry: &Arc<Telemetry>,
 ) -> Result<(SharedStore, Option<RegionTask>), StartError> {
-    match &config.store.backend {
-        Backend::Memory => Ok((Arc::new(MemoryStore::new()), None)),
-        Backend::Redis { urls } => {
-            let ca = match &config.store.tls_ca {
-                None => None,
-                Some(path) => Some(std::fs::read(path).map_err(|e| {
-                    StartError::Config(format!("store.tls_ca: cannot read {}: {e}", path.display()))
-                })?),
-            };
-            let store =
-                crate::store::redis::RedisStore::connect_with_ca(urls, config.store.timeout, ca)
-                    .await?;
-            let region = match &config.region {
-                None => None,
-                Some(r) => {
-                    let region = Arc::new(crate::region::Region::new(
-                        r,
-                        config.store.timeout,
-                        Some(telemetry.clone()),
-                    )?);
-                    store.set_region(region.clone());
-                    tracing::info!(region = %r.name, "region mode: deciding against the region's grants");
-                    Some((region, store.clone()))
-                }
-            };
-            Ok((Arc::new(store), region))
+    use crate::store::redis::{Options, RedisStore, Target};
+    let target = match &config.store.backend {
+        Backend::Memory => return Ok((Arc::new(MemoryStore::new()), None)),
+        Backend::Sentinel(s) => Target::Sentinel(s),
+        Backend::Redis { urls } => Target::Urls(urls),
+    };
+    let ca = match &config.store.tls_ca {
+        None => None,
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            StartError::Config(format!("store.tls_ca: cannot read {}: {e}", path.display()))
+        })?),
+    };
+    let options = Options {
+        ca,
+        replica_acks: config.store.replica_acks,
+        replica_ack_timeout: config.store.replica_ack_timeout,
+        ..Options::new(config.store.timeout)
+    };
+    let store = RedisStore::open_with(target, options).await?;
+    let region = match &config.region {
+        None => None,
+        Some(r) => {
+            let region = Arc::new(crate::region::Region::new(
+                r,
+                config.store.timeout,
+                Some(telemetry.clone()),
+            )?);
+            store.set_region(region.clone());
+            tracing::info!(region = %r.name, "region mode: deciding against the region's grants");
+            Some((region, store.clone()))
         }
-    }
+    };
+    Ok((Arc::new(store), region))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {

@@ -56,6 +56,8 @@ pub fn config(origin: SocketAddr) -> Config {
             fail_mode: FailMode::Open,
             instances: 1,
             tls_ca: None,
+            replica_acks: 0,
+            replica_ack_timeout: Duration::from_millis(250),
         },
         cookie: CookieConfig {
             keys: vec![Secret32(KEY)],

@@ -21,6 +21,38 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Value};
 
 use super::wire::{lua_constants, Layout};
+use crate::store::StoreError;
+
+/// What a writing call waits for: `replicas` acknowledgements of its
+/// writes (`WAIT`), for at most `timeout_ms`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Acks {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
+
+impl Acks {
+    /// The `WAIT` that follows a writing call on its connection.
+    pub(crate) fn wait(&self) -> Cmd {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.replicas).arg(self.timeout_ms);
+        wait
+    }
+
+    /// Whether `acked` replicas are enough. A call whose writes too few
+    /// replicas hold decided nothing the caller may act on: a failover
+    /// could take it back (what it wrote still counts against the limits).
+    pub(crate) fn check(&self, acked: i64) -> Result<(), StoreError> {
+        if acked >= i64::from(self.replicas) {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "{acked} of {} replicas acknowledged the decision within {} ms",
+                self.replicas, self.timeout_ms
+            )))
+        }
+    }
+}
 
 /// The shared code, in the order each file's helpers are needed.
 const LIB: [(&str, &str); 6] = [
@@ -133,13 +165,18 @@ impl Library {
         cmd
     }
 
-    /// Runs `call`; loads the library first if the server does not have it.
+    /// Runs `call`; loads the library first if the server does not have
+    /// it. With `acks`, the call is followed by `WAIT` in the same round
+    /// trip (on a Cluster, both go to the primary of the room's slot: the
+    /// pipeline takes the route of its one keyed command), and a call too
+    /// few replicas acknowledged is an error inside the result.
     pub(crate) async fn run<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         call: &Cmd,
-    ) -> Result<Value, RedisError> {
-        match call.query_async::<Value>(conn).await {
+        acks: Option<Acks>,
+    ) -> Result<Result<Value, StoreError>, RedisError> {
+        match send(conn, call, acks).await {
             Err(e) if missing_function(&e) => {
                 redis::cmd("FUNCTION")
                     .arg("LOAD")
@@ -147,7 +184,7 @@ impl Library {
                     .arg(&self.code)
                     .query_async::<Value>(conn)
                     .await?;
-                call.query_async(conn).await
+                send(conn, call, acks).await
             }
             result => result,
         }
@@ -156,6 +193,35 @@ impl Library {
     #[cfg(test)]
     pub(crate) fn code(&self) -> &str {
         &self.code
+    }
+}
+
+async fn send<C: ConnectionLike + Send>(
+    conn: &mut C,
+    call: &Cmd,
+    acks: Option<Acks>,
+) -> Result<Result<Value, StoreError>, RedisError> {
+    let Some(acks) = acks else {
+        return Ok(Ok(call.query_async::<Value>(conn).await?));
+    };
+    let mut pipe = redis::pipe();
+    // The errors come back as values: the call's own (a refusal, a missing
+    // library) is returned as it is, not folded into a pipeline error.
+    pipe.add_command(call.clone())
+        .add_command(acks.wait())
+        .ignore_errors();
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+    let (Some(wait), Some(value), None) = (replies.pop(), replies.pop(), replies.pop()) else {
+        return Err((redis::ErrorKind::UnexpectedReturnType, "not two replies").into());
+    };
+    let value = value.extract_error()?;
+    match wait.extract_error()? {
+        Value::Int(acked) => Ok(acks.check(acked).map(|()| value)),
+        _ => Err((
+            redis::ErrorKind::UnexpectedReturnType,
+            "WAIT: not an integer",
+        )
+            .into()),
     }
 }
 

@@ -17,6 +17,7 @@
 //! Redis `TIME`), so tests move a clock on Redis exactly as on the memory store.
 
 mod arrivals;
+mod follow;
 pub mod frontier;
 mod library;
 pub mod region;
@@ -25,7 +26,7 @@ mod wire;
 pub use wire::{Layout, LAYOUT_VERSION};
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -56,6 +57,7 @@ struct Scripts {
     overrides: Script,
     set_overrides: Script,
     note: Script,
+    epoch: Script,
 }
 
 impl Scripts {
@@ -65,6 +67,7 @@ impl Scripts {
             overrides: Script::new(include_str!("lua/overrides.lua")),
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
             note: Script::new(include_str!("lua/note.lua")),
+            epoch: Script::new(include_str!("lua/epoch.lua")),
         }
     }
 }
@@ -72,9 +75,65 @@ impl Scripts {
 /// A multiplexed connection that reconnects on its own; both kinds are cheap
 /// to clone (a handle to one shared connection task).
 #[derive(Clone)]
+enum Handle {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// How the store reaches Redis.
 enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary the Sentinels name, followed across failovers.
+    Followed(Arc<follow::Follower>),
+}
+
+impl Connection {
+    /// A handle for one call.
+    fn handle(&self) -> Handle {
+        match self {
+            Connection::Single(c) => Handle::Single(c.clone()),
+            Connection::Cluster(c) => Handle::Cluster(c.clone()),
+            Connection::Followed(f) => Handle::Single(f.get()),
+        }
+    }
+}
+
+/// Where the store finds Redis.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// One Redis (one URL) or the seed nodes of a Cluster.
+    Urls(&'a [String]),
+    /// The primary the Sentinels monitor under a name.
+    Sentinel(&'a crate::config::SentinelConfig),
+}
+
+/// How the store talks to Redis (`RedisStore::open_with`).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bound on every call, reconnection and acknowledgements included.
+    pub timeout: Duration,
+    /// CAs (PEM) `rediss://` servers are checked against, else the system's.
+    pub ca: Option<Vec<u8>>,
+    /// The layout the room functions are built for.
+    pub layout: Layout,
+    /// Replicas that must acknowledge each writing decision (`WAIT`); 0: none.
+    pub replica_acks: u32,
+    /// Longest a decision waits for them.
+    pub replica_ack_timeout: Duration,
+}
+
+impl Options {
+    /// The production layout, no acknowledgements.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            ca: None,
+            layout: Layout::production(),
+            replica_acks: 0,
+            replica_ack_timeout: timeout / 2,
+        }
+    }
 }
 
 /// The shared store on Redis or Redis Cluster. Cheap to clone: clones
@@ -107,7 +166,35 @@ struct Inner {
     layout: Layout,
     /// A room's layout was refused (logged once, loudly).
     layout_refused: std::sync::atomic::AtomicBool,
+    /// What each writing call waits for (`WAIT`), if anything.
+    acks: Option<library::Acks>,
+    /// Whether the rooms must be marked with the primary's replication
+    /// history before the next decision (`Inner::verify`): set at start
+    /// and by the Sentinel follower's switch to a new primary. (The
+    /// periodic upkeep verifies too, off the request path: a restarted
+    /// server behind a plain URL is seen there.)
+    unverified: Arc<AtomicBool>,
+    /// The primary's replication id as last read (one verification at a time).
+    replid: tokio::sync::Mutex<Option<String>>,
+    /// The sessions this instance ended lately (`end_session`), sent again
+    /// to a room held after a loss: a failover must not bring back a
+    /// revoked session (the newest last).
+    recent_ends: std::sync::Mutex<std::collections::VecDeque<RecentEnd>>,
+    /// The rooms this instance decides for: name -> (hold, key TTL) in ms.
+    rooms: std::sync::Mutex<HashMap<Arc<str>, (Millis, Millis)>>,
 }
+
+/// A session ended here, kept for [`RECENT_ENDS_FOR`]: its room's policy,
+/// the visitor, its ticket's expiry, when (the caller's clock) and when
+/// (this host's).
+type RecentEnd = (RoomPolicy, VisitorId, Millis, Millis, std::time::Instant);
+
+/// How long an ended session is remembered for a loss to undo: far longer
+/// than any replica lags.
+const RECENT_ENDS_FOR: Duration = Duration::from_secs(120);
+
+/// Most ended sessions remembered.
+const MAX_RECENT_ENDS: usize = 10_000;
 
 /// Most calls one poll makes while promotion moves toward its visitor
 /// (`wire::Tag::More`): a place a million back within the free room.
@@ -121,6 +208,7 @@ impl std::fmt::Debug for RedisStore {
         let kind = match self.inner.conn {
             Connection::Single(_) => "single",
             Connection::Cluster(_) => "cluster",
+            Connection::Followed(_) => "sentinel",
         };
         f.debug_struct("RedisStore")
             .field("kind", &kind)
@@ -173,7 +261,11 @@ impl RedisStore {
         timeout: Duration,
         layout: Layout,
     ) -> Result<Self, StoreError> {
-        Self::open(urls, timeout, None, layout).await
+        let options = Options {
+            layout,
+            ..Options::new(timeout)
+        };
+        Self::open_with(Target::Urls(urls), options).await
     }
 
     /// As [`RedisStore::connect`]; `rediss://` servers are checked against
@@ -183,26 +275,62 @@ impl RedisStore {
         timeout: Duration,
         ca: Option<Vec<u8>>,
     ) -> Result<Self, StoreError> {
-        Self::open(urls, timeout, ca, Layout::production()).await
+        let options = Options {
+            ca,
+            ..Options::new(timeout)
+        };
+        Self::open_with(Target::Urls(urls), options).await
     }
 
-    async fn open(
-        urls: &[String],
-        timeout: Duration,
-        ca: Option<Vec<u8>>,
-        layout: Layout,
-    ) -> Result<Self, StoreError> {
+    /// Connects to Redis at `target`. Fails if the first connection is not
+    /// made within the timeout; after that, lost connections are
+    /// re-established on their own (and, through Sentinel, a new primary
+    /// is followed).
+    pub async fn open_with(target: Target<'_>, options: Options) -> Result<Self, StoreError> {
+        let Options {
+            timeout,
+            ca,
+            layout,
+            replica_acks,
+            replica_ack_timeout,
+        } = options;
         // The client builds its rustls config with the process default provider.
-        if urls.iter().any(|u| u.starts_with("rediss://")) {
+        let tls = match target {
+            Target::Urls(urls) => urls.iter().any(|u| u.starts_with("rediss://")),
+            Target::Sentinel(s) => s.tls,
+        };
+        if tls {
             crate::tls::install_default_provider();
         }
         let certs = |ca: &Option<Vec<u8>>| redis::TlsCertificates {
             client_tls: None,
             root_cert: ca.clone(),
         };
-        let conn = match urls {
-            [] => return Err(StoreError::Unavailable("no Redis URL configured".into())),
-            [url] => {
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            // Retry quickly at first, and never wait long between
+            // attempts: requests fail fast (fail_mode) meanwhile.
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let urls = match target {
+            Target::Urls(urls) => urls,
+            Target::Sentinel(_) => &[],
+        };
+        let unverified = Arc::new(AtomicBool::new(true));
+        let conn = match (target, urls) {
+            (Target::Sentinel(sentinel), _) => Connection::Followed(
+                follow::Follower::connect(
+                    sentinel,
+                    timeout,
+                    ca.clone(),
+                    manager,
+                    unverified.clone(),
+                )
+                .await?,
+            ),
+            (_, []) => return Err(StoreError::Unavailable("no Redis URL configured".into())),
+            (_, [url]) => {
                 let client = match &ca {
                     Some(_) if url.starts_with("rediss://") => {
                         redis::Client::build_with_tls(url.as_str(), certs(&ca))
@@ -210,18 +338,11 @@ impl RedisStore {
                     _ => redis::Client::open(url.as_str()),
                 }
                 .map_err(|e| map_error(&e))?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    // Retry quickly at first, and never wait long between
-                    // attempts: requests fail fast (fail_mode) meanwhile.
-                    .set_min_delay(Duration::from_millis(50))
-                    .set_max_delay(Duration::from_secs(1));
                 let manager =
-                    bounded(timeout, ConnectionManager::new_with_config(client, config)).await??;
+                    bounded(timeout, ConnectionManager::new_with_config(client, manager)).await??;
                 Connection::Single(manager)
             }
-            seeds => {
+            (_, seeds) => {
                 let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                     .connection_timeout(timeout)
                     .response_timeout(timeout);
@@ -246,6 +367,14 @@ impl RedisStore {
                 region: std::sync::OnceLock::new(),
                 layout,
                 layout_refused: std::sync::atomic::AtomicBool::new(false),
+                acks: (replica_acks > 0).then(|| library::Acks {
+                    replicas: replica_acks,
+                    timeout_ms: replica_ack_timeout.as_millis().max(1) as u64,
+                }),
+                unverified,
+                replid: tokio::sync::Mutex::new(None),
+                rooms: std::sync::Mutex::new(HashMap::new()),
+                recent_ends: std::sync::Mutex::new(std::collections::VecDeque::new()),
             }),
         };
         if let Err(e) = store.sync_clock().await {
@@ -284,14 +413,16 @@ enum Expiry {
 impl Inner {
     async fn sync_clock(&self) -> Result<(), StoreError> {
         let sent = unix_us();
-        let reply: (String, String) = match self.conn.clone() {
-            Connection::Single(mut c) => {
-                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await??
+        let reply: Result<(String, String), StoreError> = match self.conn.handle() {
+            Handle::Single(mut c) => {
+                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await?
             }
-            Connection::Cluster(mut c) => {
-                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await??
+            Handle::Cluster(mut c) => {
+                bounded(self.timeout, redis::cmd("TIME").query_async(&mut c)).await?
             }
         };
+        self.saw(&reply);
+        let reply = reply?;
         let received = unix_us();
         let server = reply
             .0
@@ -320,32 +451,253 @@ impl Inner {
         }
     }
 
-    /// Runs one script invocation, bounded by the store timeout.
-    async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        match self.conn.clone() {
-            Connection::Single(mut c) => self.run_on(&mut c, invocation).await,
-            Connection::Cluster(mut c) => self.run_on(&mut c, invocation).await,
+    /// Sees how a call ended: one that failed as on a demoted or lost
+    /// primary sends the Sentinel follower to look for the new primary.
+    fn saw<T>(&self, result: &Result<T, StoreError>) {
+        if let (Err(StoreError::Unavailable(_) | StoreError::Timeout), Connection::Followed(f)) =
+            (result, &self.conn)
+        {
+            f.suspect();
         }
+    }
+
+    /// Before deciding on a primary that may be another (a failover) or
+    /// may have lost its data (a restart without persistence): reads its
+    /// replication id and marks every room this instance knows with it
+    /// (`lua/epoch.lua`), which holds a room whose history changed closed
+    /// to newcomers for one check-in interval. Not on a Cluster, whose
+    /// nodes each have their own history (acknowledgements cover it).
+    async fn verify(&self) {
+        if self.unverified.load(Ordering::Relaxed) {
+            self.verify_now(false).await;
+        }
+    }
+
+    /// `verify`, also when nothing asked for it (`force`: the upkeep).
+    async fn verify_now(&self, force: bool) {
+        let mut replid = self.replid.lock().await;
+        let asked = self.unverified.swap(false, Ordering::Relaxed);
+        if !asked && !force {
+            return;
+        }
+        // A verification that fails is asked for again only if it was
+        // asked for (the upkeep's own is simply made at the next upkeep).
+        let again = || {
+            if asked {
+                self.unverified.store(true, Ordering::Relaxed)
+            }
+        };
+        let read = async {
+            let info: String = match self.conn.handle() {
+                Handle::Single(mut c) => {
+                    bounded(
+                        self.timeout,
+                        redis::cmd("INFO").arg("replication").query_async(&mut c),
+                    )
+                    .await??
+                }
+                Handle::Cluster(_) => return Ok(None),
+            };
+            Ok::<_, StoreError>(info.lines().find_map(|l| {
+                l.strip_prefix("master_replid:")
+                    .map(|v| v.trim().to_owned())
+            }))
+        };
+        let now = match read.await {
+            Ok(Some(now)) => now,
+            Ok(None) => return,
+            Err(_) => return again(),
+        };
+        let other_before = replid.as_ref().is_some_and(|r| *r != now);
+        let rooms: Vec<(Arc<str>, (Millis, Millis))> = self
+            .rooms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(r, v)| (r.clone(), *v))
+            .collect();
+        let mut held: Vec<Arc<str>> = Vec::new();
+        for (room, (hold_ms, ttl_ms)) in rooms {
+            let mut inv = self.scripts.epoch.prepare_invoke();
+            inv.key(RoomKeys::new(&room).meta())
+                .arg(&now)
+                .arg(hold_ms)
+                .arg(if other_before { "1" } else { "0" })
+                .arg(ttl_ms);
+            let result = match self.conn.handle() {
+                Handle::Single(mut c) => self.run_on(&mut c, &inv, self.acks).await,
+                Handle::Cluster(_) => return,
+            };
+            match result {
+                Ok(Value::Int(1)) => held.push(room),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(room = %room, error = %e, "rooms not marked with the primary's history");
+                    return again();
+                }
+            }
+        }
+        if !held.is_empty() {
+            tracing::warn!(
+                rooms = ?held,
+                "the Redis primary's history changed (a failover or a restart): admissions it \
+                 acknowledged may be lost, so these rooms admit nobody new for one check-in \
+                 interval while the sessions that survive on their tickets check in"
+            );
+        }
+        *replid = Some(now);
+        drop(replid);
+        self.end_again(&held).await;
+    }
+
+    /// Remembers a session ended here (`recent_ends`).
+    fn ended(&self, room: &RoomPolicy, visitor: VisitorId, expires: Millis, now_ms: Millis) {
+        let mut ends = self.recent_ends.lock().unwrap_or_else(|p| p.into_inner());
+        while ends.len() >= MAX_RECENT_ENDS
+            || ends
+                .front()
+                .is_some_and(|e| e.4.elapsed() > RECENT_ENDS_FOR)
+        {
+            ends.pop_front();
+        }
+        ends.push_back((
+            room.clone(),
+            visitor,
+            expires,
+            now_ms,
+            std::time::Instant::now(),
+        ));
+    }
+
+    /// Ends again, in the rooms `held` after a loss, the sessions this
+    /// instance ended lately: the loss may have taken their marks.
+    /// (Boxed: it decides through `run_room`, which verifies first.)
+    fn end_again<'a>(
+        &'a self,
+        held: &'a [Arc<str>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.end_again_now(held))
+    }
+
+    async fn end_again_now(&self, held: &[Arc<str>]) {
+        if held.is_empty() {
+            return;
+        }
+        let again: Vec<RecentEnd> = self
+            .recent_ends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|e| e.4.elapsed() <= RECENT_ENDS_FOR && held.contains(&e.0.room))
+            .cloned()
+            .collect();
+        let mut ended = 0;
+        for (room, visitor, expires, then_ms, at) in &again {
+            // Now on the caller's clock, as near as this side can tell.
+            let now_ms = then_ms + at.elapsed().as_millis() as Millis;
+            match self
+                .release(room, *visitor, Expiry::Ticket(*expires), now_ms)
+                .await
+            {
+                Ok(_) => ended += 1,
+                Err(e) => {
+                    tracing::warn!(room = %room.room, error = %e, "a session ended before the loss could not be ended again");
+                }
+            }
+        }
+        if ended > 0 {
+            tracing::info!(ended, "sessions ended before the loss ended again");
+        }
+    }
+
+    /// Remembers `room`, so a verification marks it (`verify`).
+    fn know(&self, room: &RoomPolicy) {
+        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = (room.check_in_interval_ms(), key_ttl_ms(room));
+        if rooms.get(&*room.room) != Some(&entry) {
+            rooms.insert(room.room.clone(), entry);
+        }
+    }
+
+    /// Runs one script invocation that only reads, bounded by the store
+    /// timeout.
+    async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        let result = match self.conn.handle() {
+            Handle::Single(mut c) => self.run_on(&mut c, invocation, None).await,
+            Handle::Cluster(mut c) => self.run_on(&mut c, invocation, None).await,
+        };
+        self.saw(&result);
+        result
+    }
+
+    /// As [`Inner::run`], for a script that writes: with acknowledgements
+    /// on, it counts only once the replicas have its writes.
+    async fn run_writing(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        self.verify().await;
+        let result = match self.conn.handle() {
+            Handle::Single(mut c) => self.run_on(&mut c, invocation, self.acks).await,
+            Handle::Cluster(mut c) => self.run_on(&mut c, invocation, self.acks).await,
+        };
+        self.saw(&result);
+        result
     }
 
     async fn run_on<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         invocation: &ScriptInvocation<'_>,
+        acks: Option<library::Acks>,
     ) -> Result<Value, StoreError> {
-        bounded(self.timeout, invocation.invoke_async::<Value>(conn)).await?
+        let run = async {
+            let value = invocation.invoke_async::<Value>(conn).await?;
+            if let Some(acks) = acks {
+                let acked: i64 = acks.wait().query_async(conn).await?;
+                return Ok(acks.check(acked).map(|()| value));
+            }
+            Ok(Ok(value))
+        };
+        bounded(self.timeout, run).await??
     }
 
-    /// Runs one room function call, bounded by the store timeout.
-    async fn run_room(&self, call: &redis::Cmd) -> Result<Value, StoreError> {
-        let result = match self.conn.clone() {
-            Connection::Single(mut c) => {
-                bounded(self.timeout, self.library.run(&mut c, call)).await?
+    /// With acknowledgements on, waits until the replicas hold every write
+    /// made so far on the connection (one node: the connection all calls
+    /// share). Not for a Cluster, where the `WAIT` goes with its call.
+    async fn acknowledged(&self) -> Result<(), StoreError> {
+        let Some(acks) = self.acks else {
+            return Ok(());
+        };
+        let result = match self.conn.handle() {
+            Handle::Single(mut c) => {
+                bounded(self.timeout, acks.wait().query_async::<i64>(&mut c)).await?
             }
-            Connection::Cluster(mut c) => {
-                bounded(self.timeout, self.library.run(&mut c, call)).await?
+            Handle::Cluster(_) => return Ok(()),
+        };
+        self.saw(&result);
+        acks.check(result?)
+    }
+
+    /// Runs one room function call, bounded by the store timeout; with
+    /// acknowledgements on, every function but `check` waits for them.
+    async fn run_room(&self, call: &redis::Cmd) -> Result<Value, StoreError> {
+        self.run_room_acked(call, self.acks).await
+    }
+
+    async fn run_room_acked(
+        &self,
+        call: &redis::Cmd,
+        acks: Option<library::Acks>,
+    ) -> Result<Value, StoreError> {
+        self.verify().await;
+        let result = match self.conn.handle() {
+            Handle::Single(mut c) => {
+                bounded(self.timeout, self.library.run(&mut c, call, acks)).await?
+            }
+            Handle::Cluster(mut c) => {
+                bounded(self.timeout, self.library.run(&mut c, call, acks)).await?
             }
         };
+        let result = result.and_then(|r| r);
+        self.saw(&result);
         if let Err(StoreError::Layout(version)) = &result {
             if !self.layout_refused.swap(true, Ordering::Relaxed) {
                 tracing::error!(
@@ -370,6 +722,7 @@ impl Inner {
         now_ms: Millis,
         deadline_us: i64,
     ) -> redis::Cmd {
+        self.know(room);
         let mut inv = self.library.call(function, keys);
         // The region's grants, kept in the regional store (`region`): of
         // sessions and admission tokens, or of tokens alone for a room
@@ -644,6 +997,8 @@ pub(crate) fn map_error(e: &RedisError) -> StoreError {
     match e.code() {
         Some("STALE") => return StoreError::Stale(number()),
         Some("LAYOUT") => return StoreError::Layout(number()),
+        // `min-replicas-to-write` refused the write: no replica to hold it.
+        Some("NOREPLICAS") => return StoreError::Unavailable("NOREPLICAS".into()),
         _ => {}
     }
     match e.kind() {
@@ -832,12 +1187,22 @@ impl Store for RedisStore {
         // A visitor within the free room is admitted at this poll (I4),
         // however far back: each call promotes at most PROMOTE_MAX ahead
         // of it, so the poll is asked again while the function says so.
+        // A poll that leaves its visitor queued promises nothing new (the
+        // place is its ticket's), so on one node only a poll that admits
+        // waits for the replicas; on a Cluster every poll does (a `WAIT`
+        // must go with its call to the slot's primary).
+        let cluster = matches!(inner.conn, Connection::Cluster(_));
+        let acks = if cluster { inner.acks } else { None };
         for _ in 0..MAX_POLL_ROUNDS {
             let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
             inv.arg(visitor.to_hex()).arg(seq);
-            let reply = inner.run_room(&inv).await?;
+            let reply = inner.run_room_acked(&inv, acks).await?;
             if !wire::is_more(&reply) {
-                return decode_verdict(&reply);
+                let verdict = decode_verdict(&reply)?;
+                if !cluster && matches!(verdict, Verdict::Admitted { .. }) {
+                    inner.acknowledged().await?;
+                }
+                return Ok(verdict);
             }
         }
         Err(StoreError::Protocol(
@@ -881,7 +1246,11 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
         let bounds = Expiry::Ticket(ticket_expires_ms);
-        self.inner.release(room, visitor, bounds, now_ms).await
+        let ended = self.inner.release(room, visitor, bounds, now_ms).await;
+        if ended.is_ok() {
+            self.inner.ended(room, visitor, ticket_expires_ms, now_ms);
+        }
+        ended
     }
 
     async fn release_arrival(
@@ -926,7 +1295,8 @@ impl Store for RedisStore {
         let inv = self
             .inner
             .room_call(RoomFn::Check, &keys.0, room, now_ms, 0);
-        match self.inner.run_room(&inv).await? {
+        // It only reads: no acknowledgements to wait for.
+        match self.inner.run_room_acked(&inv, None).await? {
             Value::Array(items) => items
                 .iter()
                 .map(|v| match v {
@@ -989,6 +1359,7 @@ impl Store for RedisStore {
     }
 
     async fn upkeep(&self) {
+        self.inner.verify_now(true).await;
         if let Err(e) = self.inner.sync_clock().await {
             tracing::debug!(error = %e, "Redis server clock not measured this time");
         }
@@ -1015,7 +1386,7 @@ impl Store for RedisStore {
         for m in members {
             inv.arg(*m);
         }
-        let reply = self.inner.run(&inv).await?;
+        let reply = self.inner.run_writing(&inv).await?;
         match &reply {
             Value::Array(items) => match items.as_slice() {
                 [added, size] => match (as_u64(added), as_u64(size)) {
@@ -1053,7 +1424,7 @@ impl Store for RedisStore {
                 .map_err(|e| StoreError::Protocol(format!("overrides: {e}")))?;
             inv.arg(json).arg(o.revision);
         }
-        self.inner.run(&inv).await.map(|_| ())
+        self.inner.run_writing(&inv).await.map(|_| ())
     }
 }
 

@@ -16,7 +16,8 @@
 --               window, one member per call that admitted (window.lua)
 --   5 meta      HASH layout, o_rev, last_seq, reset_floor, window, sweep,
 --               ttl_slot, admitted, queued, rejected, abandoned, event,
---               stale_lo, stale_hi, and region mode's g_* and r_* fields
+--               stale_lo, stale_hi, epoch, hold_for, hold_until (epoch.lua),
+--               and region mode's g_* and r_* fields
 --   6 ended     ZSET visitor -> until when its session, or the queue place
 --               that became a session, stays ended (room.lua)
 --   7 places    ZSET visitor -> until when a released queue place stays

@@ -32,10 +32,17 @@ end
 local function counts(c)
     if not c.active_n then
         c.active_n = redis.call('ZCARD', c.k.sessions) + batched(c)
-        local m = redis.call('HMGET', c.k.meta, 'window', 'last_seq', 'ttl_slot')
+        local m = redis.call('HMGET', c.k.meta, 'window', 'last_seq', 'ttl_slot', 'hold_until', 'hold_for')
         c.window_n = tonumber(m[1] or '0')
         c.last_seq_read = m[2] or '0'
         c.ttl_slot = m[3]
+        -- Held after a loss (epoch.lua): the hold starts at this decision.
+        c.hold_until = tonumber(m[4] or '0')
+        if m[5] then
+            c.hold_until = math.max(c.hold_until, c.now + tonumber(m[5]))
+            redis.call('HSET', c.k.meta, 'hold_until', int(c.hold_until))
+            redis.call('HDEL', c.k.meta, 'hold_for')
+        end
         -- The count lives beside the window; should the window key be gone
         -- alone (evicted), the count goes too rather than block admissions.
         -- (Before this call admits anyone: an admission makes the key again.)
@@ -137,6 +144,11 @@ end
 -- How many more admissions the limits allow right now (math.huge if none).
 local function free_room(c)
     counts(c)
+    if (c.hold_until or 0) > c.now and (c.capped or c.rated) then
+        -- Held after a loss: the sessions that survive on their tickets
+        -- are counted at their check-ins first (epoch.lua).
+        return 0
+    end
     local free = math.huge
     if c.capped then
         free = math.min(free, c.cap - c.active_n)
