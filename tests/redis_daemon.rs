@@ -509,3 +509,84 @@ async fn a_raised_limit_admits_at_once_through_every_instance() {
     );
     assert_eq!(admitted, 2_300);
 }
+
+/// Overload is not an outage. With the daemon's own runtime saturated
+/// (its two workers busy computing, as under a flash crowd on two cores),
+/// store calls time out although Redis answered in time. Those
+/// must not be taken for a Redis that is down: with `fail_mode = "open"`
+/// nobody is let in unchecked; newcomers get a fast 503 that creates
+/// nothing, and the store is still "up" afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_daemon_sheds_newcomers_instead_of_failing_open() {
+    let server = redis().await;
+    let h = Harness::start(|c| {
+        on_redis(&server, FailMode::Open)(c);
+        c.store.timeout = Duration::from_millis(100);
+        c.rooms[0].total_active_users = 1;
+    })
+    .await;
+    let first = h.visitor();
+    assert!(from_origin(&first.get(h.url("/")).send().await.unwrap()));
+
+    // Newcomers from a runtime of their own, which keeps sending while
+    // the daemon's is held.
+    let url = h.url("/");
+    let (go, ready) = std::sync::mpsc::channel();
+    let clients = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let client = reqwest::Client::builder().build().unwrap();
+            go.send(()).unwrap();
+            let sends = (0..60).map(|i| {
+                let (client, url) = (client.clone(), url.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(10 * (i % 30))).await;
+                    let resp = client.get(url).send().await.unwrap();
+                    (resp.status().as_u16(), from_origin(&resp))
+                }
+            });
+            futures_util::future::join_all(sends).await
+        })
+    });
+    ready.recv().unwrap();
+    // Saturate the daemon's two workers for 1.2 s: 64 tasks that each
+    // compute for 2 ms between turns, so every other task waits about
+    // 64 ms for each of its turns.
+    let until = Instant::now() + Duration::from_millis(1_200);
+    let load: Vec<_> = (0..64)
+        .map(|_| {
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let spin = Instant::now();
+                    while spin.elapsed() < Duration::from_millis(2) {
+                        std::hint::spin_loop();
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for task in load {
+        task.await.unwrap();
+    }
+    let answers = clients.join().unwrap();
+    let forwarded = answers.iter().filter(|(_, origin)| *origin).count();
+    let shed = answers.iter().filter(|(status, _)| *status == 503).count();
+    assert_eq!(forwarded, 0, "let in unchecked: {answers:?}");
+    assert!(shed > 0, "nobody was shed: {answers:?}");
+    assert!(
+        h.daemon.gate().store.is_up(),
+        "overload taken for an outage"
+    );
+    // Nothing was created for the shed (what a timed-out call may have
+    // made is released): one session, a queue of the rest.
+    h.daemon.gate().store.release_orphans().await;
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    assert_eq!(stats.active, 1);
+    assert_eq!(stats.queued as usize, answers.len() - shed);
+    assert!(h.metrics().await.contains(r#"outcome="shed""#));
+}

@@ -5,6 +5,11 @@
 //! counts errors and latency, logs the up/down transitions once, and undoes
 //! decisions that were sent but never answered.
 //!
+//! Overload is not an outage: when this instance's own runtime runs late
+//! (`gate::lag`), a newcomer is shed with `StoreError::Busy` before any
+//! store call, and a call that timed out meanwhile is `Busy` too, neither
+//! counted as a store failure nor answered with `fail_mode`.
+//!
 //! That last part matters with a frozen Redis: a new visitor's `arrive`
 //! that timed out may still run when Redis thaws. The script refuses to run
 //! past its deadline (`store/redis/lua/lib/ctx.lua`), and for the narrow window
@@ -26,6 +31,7 @@ use crate::store::{
 };
 use crate::telemetry::Telemetry;
 
+use super::lag::RuntimeLag;
 use super::rooms::Room;
 
 /// How long the store is left alone after a failure before one request
@@ -62,6 +68,8 @@ pub struct StoreGuard {
     /// (The policy and time of the arrival, by which a store can tell
     /// where the session it may have made lies.)
     orphans: Mutex<Vec<(Arc<RoomPolicy>, VisitorId, Millis)>>,
+    /// How late this process runs its tasks.
+    lag: Arc<RuntimeLag>,
 }
 
 impl StoreGuard {
@@ -83,7 +91,25 @@ impl StoreGuard {
             retry_at_ms: AtomicU64::new(0),
             orphans: Mutex::new(Vec::new()),
             ends: Mutex::new(Vec::new()),
+            lag: RuntimeLag::start(),
         }
+    }
+
+    /// The runtime sampler this guard reads (tests feed it).
+    pub fn lag(&self) -> &RuntimeLag {
+        &self.lag
+    }
+
+    /// Whether this instance is too far behind to decide in time: its
+    /// runtime ran a task a quarter of a store timeout late within the last
+    /// second (an idle runtime is late by microseconds).
+    fn behind(&self) -> bool {
+        self.lag.recent() >= self.late_limit()
+    }
+
+    /// How late a task may run before this instance counts as behind.
+    fn late_limit(&self) -> Duration {
+        (self.timeout / 4).max(Duration::from_millis(5))
     }
 
     /// A new visitor arrives: `arrive` on the shared store, or, when that
@@ -94,6 +120,12 @@ impl StoreGuard {
         room: &Room,
         now: Millis,
     ) -> Result<(VisitorId, Verdict), StoreError> {
+        // A store that answers across the network, far behind: shed
+        // before anything is created anywhere. (An in-process store
+        // decides in microseconds however late this runtime runs.)
+        if self.shared.answers().is_some() && self.lag.recent() >= self.timeout / 2 {
+            return Err(StoreError::Busy);
+        }
         let visitor = VisitorId::random();
         let mut policy = room.policy_at(now);
         let shared = self
@@ -107,6 +139,9 @@ impl StoreGuard {
             Err(e) => {
                 if !matches!(e, StoreError::Down) {
                     self.orphan(policy, visitor, now);
+                }
+                if matches!(e, StoreError::Busy) {
+                    return Err(e);
                 }
                 match self.local_policy(room) {
                     Some((local, policy)) => {
@@ -343,10 +378,30 @@ impl StoreGuard {
         if !self.may_call() {
             return Err(StoreError::Down);
         }
+        let started = Instant::now();
+        let answers = self.shared.answers();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Timeout),
         };
+        if let Err(StoreError::Timeout) = result {
+            // Its own or the store's: a timer that fired late, or a runtime
+            // seen late a moment ago, means the answer may well have come
+            // and this instance did not read it in time. Not a store
+            // failure (no breaker, no fail_mode).
+            // How long a task waits for its turn right now: the sampler
+            // sees a saturated runtime only once it gets its own turn.
+            let asked = Instant::now();
+            tokio::task::yield_now().await;
+            let waited = asked.elapsed();
+            let late = started.elapsed().saturating_sub(self.timeout).max(waited);
+            self.lag.record(late);
+            // Answers kept coming while this one did not: the store is up.
+            let answered = answers.is_some() && self.shared.answers() > answers;
+            if answered || late >= self.late_limit() || self.behind() {
+                return Err(StoreError::Busy);
+            }
+        }
         self.record(&result);
         result
     }
@@ -514,8 +569,10 @@ impl StoreGuard {
     }
 
     fn record<T>(&self, result: &Result<T, StoreError>) {
-        // A refusal of stale settings is an answer: the store is up.
-        let failed = result.is_err() && !matches!(result, Err(StoreError::Stale(_)));
+        // A refusal of stale settings is an answer: the store is up; so is
+        // a call this instance was too busy to make or read in time.
+        let failed =
+            result.is_err() && !matches!(result, Err(StoreError::Stale(_) | StoreError::Busy));
         let retry_at = if failed {
             (self.clock.now_ms() + RETRY_AFTER_FAILURE_MS).max(1)
         } else {

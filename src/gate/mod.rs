@@ -21,6 +21,7 @@
 
 pub mod eta;
 pub mod guard;
+pub mod lag;
 pub mod limits;
 pub mod pages;
 pub mod proof;
@@ -739,6 +740,12 @@ impl Gate {
         error: StoreError,
     ) -> Response<Body> {
         tracing::debug!(room = %room.config.id, %error, "store call failed");
+        if matches!(error, StoreError::Busy) {
+            // This instance is behind, not the store: nobody is let in
+            // unchecked, and the answer costs next to nothing.
+            room.metrics.shed.inc();
+            return pages::store_unavailable(room, req.headers());
+        }
         match self.fail_mode {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.

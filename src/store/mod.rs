@@ -439,6 +439,12 @@ pub enum StoreError {
     /// The room's keys were written by a layout this build does not read.
     #[error("room keys written by layout {0}, which this build does not read")]
     Layout(u64),
+    /// This instance is behind (its runtime runs tasks late): the store
+    /// was not asked, or its answer was not read in time. Not the store's
+    /// fault, so no `fail_mode`: the newcomer is told to come back
+    /// (`gate::lag`).
+    #[error("this instance is overloaded")]
+    Busy,
 }
 
 /// The shared state of every room. See the module docs for the semantics.
@@ -589,6 +595,13 @@ pub trait Store: Send + Sync + 'static {
     async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
         let _ = (room, now_ms);
         Ok(Vec::new())
+    }
+
+    /// How many answers the store's server has given so far, if it counts
+    /// them: a call that timed out while answers kept coming was waiting
+    /// on this process, not on a store that is down (`gate::guard`).
+    fn answers(&self) -> Option<u64> {
+        None
     }
 
     /// Periodic upkeep the daemon runs every few seconds, off the request

@@ -90,6 +90,9 @@ pub struct RoomMetrics {
     pub challenged: Counter,
     /// Proof-of-work solutions refused (forged, expired, too weak, replayed).
     pub proof_refused: Counter,
+    /// Newcomers and polls answered "busy": this instance ran too late to
+    /// decide in time (`gate::lag`).
+    pub shed: Counter,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
@@ -214,6 +217,7 @@ impl Metrics {
             shared: outcome("shared"),
             challenged: outcome("challenged"),
             proof_refused: outcome("proof_refused"),
+            shed: outcome("shed"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

@@ -176,6 +176,8 @@ struct Inner {
     unverified: Arc<AtomicBool>,
     /// The primary's replication id as last read (one verification at a time).
     replid: tokio::sync::Mutex<Option<String>>,
+    /// Calls Redis answered (`Store::answers`).
+    answers: AtomicU64,
     /// The sessions this instance ended lately (`end_session`), sent again
     /// to a room held after a loss: a failover must not bring back a
     /// revoked session (the newest last).
@@ -374,6 +376,7 @@ impl RedisStore {
                 unverified,
                 replid: tokio::sync::Mutex::new(None),
                 rooms: std::sync::Mutex::new(HashMap::new()),
+                answers: AtomicU64::new(0),
                 recent_ends: std::sync::Mutex::new(std::collections::VecDeque::new()),
             }),
         };
@@ -451,9 +454,16 @@ impl Inner {
         }
     }
 
-    /// Sees how a call ended: one that failed as on a demoted or lost
-    /// primary sends the Sentinel follower to look for the new primary.
+    /// Sees how a call ended: Redis's answers are counted
+    /// (`Store::answers`); one that failed as on a demoted or lost primary
+    /// sends the Sentinel follower to look for the new primary.
     fn saw<T>(&self, result: &Result<T, StoreError>) {
+        if !matches!(
+            result,
+            Err(StoreError::Unavailable(_) | StoreError::Timeout)
+        ) {
+            self.answers.fetch_add(1, Ordering::Relaxed);
+        }
         if let (Err(StoreError::Unavailable(_) | StoreError::Timeout), Connection::Followed(f)) =
             (result, &self.conn)
         {
@@ -964,6 +974,7 @@ impl StoreError {
             StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
             StoreError::Stale(r) => StoreError::Stale(*r),
             StoreError::Layout(v) => StoreError::Layout(*v),
+            StoreError::Busy => StoreError::Busy,
         }
     }
 }
@@ -983,8 +994,13 @@ pub(crate) async fn bounded<T>(
 /// class only: URLs (and any password in them) never reach logs or pages.
 pub(crate) fn map_error(e: &RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
-    // The function saw its deadline pass before it started (`lua/lib/ctx.lua`).
-    if e.is_timeout() || e.code() == Some("DEADLINE") {
+    // The function saw its deadline pass before it started
+    // (`lua/lib/ctx.lua`): Redis answered, the call reached it late. The
+    // delay was this side's (a saturated daemon, or the network).
+    if e.code() == Some("DEADLINE") {
+        return StoreError::Busy;
+    }
+    if e.is_timeout() {
         return StoreError::Timeout;
     }
     // It refused the policy or the room's layout (`lua/lib/ctx.lua`).
@@ -1356,6 +1372,10 @@ impl Store for RedisStore {
             self.inner.frontiers.forget(&room.room);
         }
         Ok(moved)
+    }
+
+    fn answers(&self) -> Option<u64> {
+        Some(self.inner.answers.load(Ordering::Relaxed))
     }
 
     async fn upkeep(&self) {
