@@ -1,7 +1,7 @@
 //! waitroom: a virtual waiting room that runs as a reverse proxy in front of a
 //! website. Visitors within the configured limits pass straight through; the
 //! overflow waits on a queue page, in arrival order, and is let in as room
-//! frees up. See `README.md` for operation and `docs/request-phases.md` for
+//! frees up. See `docs/operating.md` for operation and `docs/request-phases.md` for
 //! the request path.
 //!
 //! Modules, and what each owns (each depends only on those listed after it):

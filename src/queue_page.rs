@@ -252,7 +252,8 @@ impl WithSafety for Value {
     }
 }
 
-/// Everything the queue template can show. Documented in the README.
+/// Everything the queue template can show. Documented in
+/// `docs/how-it-works.md` ("Custom template").
 #[derive(Clone, Debug, Serialize)]
 pub struct QueueView {
     /// The page's language code (`<html lang>`); the template also gets

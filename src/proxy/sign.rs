@@ -9,8 +9,9 @@
 //! ```
 //!
 //! and the visitor id is the request's `X-Waitroom-Visitor`. The origin
-//! recomputes it, compares in constant time and refuses an old `t` (the
-//! README has a snippet). Only requests of admitted visitors are signed.
+//! recomputes it, compares in constant time and refuses an old `t`
+//! (docs/how-it-works.md has a snippet). Only requests of admitted visitors
+//! are signed.
 
 use hmac::{Hmac, Mac};
 use http::{HeaderName, HeaderValue};

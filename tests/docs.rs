@@ -1,0 +1,126 @@
+//! The documentation's links hold: every relative link and image in
+//! README.md and docs/*.md names a file that exists, and every `#anchor`
+//! a heading of the page it points to.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// The pages checked: the README and every page under docs/.
+fn pages() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    pages
+}
+
+/// A page's text outside code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped,
+/// spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(text: &str) -> HashSet<String> {
+    prose(text)
+        .into_iter()
+        .filter_map(|l| {
+            l.trim_start_matches('#')
+                .strip_prefix(' ')
+                .filter(|_| l.starts_with('#'))
+        })
+        .map(slug)
+        .collect()
+}
+
+/// The targets of `](…)` links and `src="…"` images on a line.
+fn targets(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, close) in [("](", ')'), ("src=\"", '"')] {
+        let mut rest = line;
+        while let Some(i) = rest.find(open) {
+            rest = &rest[i + open.len()..];
+            if let Some(end) = rest.find(close) {
+                out.push(rest[..end].to_owned());
+                rest = &rest[end..];
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_between_the_docs_holds() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap();
+        for line in prose(&text) {
+            for target in targets(line) {
+                if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                    continue;
+                }
+                checked += 1;
+                let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+                let file = if path.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(path)
+                };
+                if !file.exists() {
+                    broken.push(format!("{}: {target} (no such file)", page.display()));
+                    continue;
+                }
+                if !anchor.is_empty() && file.extension().is_some_and(|e| e == "md") {
+                    let headings = anchors(&std::fs::read_to_string(&file).unwrap());
+                    if !headings.contains(anchor) {
+                        broken.push(format!("{}: {target} (no such heading)", page.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 30,
+        "only {checked} links found: is the parser right?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_is_a_first_screen_not_a_manual() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines; the rest belongs in docs/"
+    );
+    for must in ["cargo run --release -- demo", "scripts/test"] {
+        assert!(readme.contains(must), "README.md lost `{must}`");
+    }
+}
