@@ -1,8 +1,9 @@
 //! waitroom: a virtual waiting room that runs as a reverse proxy in front of a
 //! website. Visitors within the configured limits pass straight through; the
 //! overflow waits on a queue page, in arrival order, and is let in as room
-//! frees up. See `docs/operating.md` for operation and `docs/request-phases.md` for
-//! the request path.
+//! frees up. See `docs/operating.md` for operation, `docs/request-phases.md`
+//! for the request path and `docs/invariants.md` for the invariants I1–I6
+//! the code cites.
 //!
 //! Modules, and what each owns (each depends only on those listed after it):
 //!
