@@ -55,6 +55,22 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
+/// Makes `replica` lag behind `primary`: once it holds everything so far,
+/// it stops (SIGSTOP) while a 48 MB write (to `filler`, a key the primary
+/// serves) fills the replication link, so the writes that follow stay in
+/// the primary's memory.
+fn lag_behind(primary: &RedisServer, replica: &RedisServer, filler: &str) {
+    let mut c = primary.conn();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1, "the replica has every write so far");
+    replica.pause();
+    let () = redis::cmd("SET")
+        .arg(filler)
+        .arg(vec![b'x'; 48 << 20])
+        .query(&mut c)
+        .unwrap();
+}
+
 async fn drill(acks: u32) -> Drill {
     let primary = blocking(RedisServer::start).await;
     let primary_port = primary.port();
@@ -106,32 +122,10 @@ async fn drill(acks: u32) -> Drill {
     // The first of them will be revoked; an attacker keeps its cookie.
     let revoked = admitted.remove(0);
     let kept_cookie = kept_cookie.expect("an admitted cookie");
-    let primary_conn = primary.url();
-    blocking(move || {
-        let mut c = redis::Client::open(primary_conn)
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c).unwrap();
-        assert_eq!(acked, 1, "the replica has the first 25");
-    })
-    .await;
-
-    // The replica lags: it stops while a large write fills the link, so
-    // what follows stays in the primary's memory.
-    replica.pause();
-    let primary_conn = primary.url();
-    blocking(move || {
-        let mut c = redis::Client::open(primary_conn)
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let filler = vec![b'x'; 48 << 20];
-        let () = redis::cmd("SET")
-            .arg("filler")
-            .arg(filler)
-            .query(&mut c)
-            .unwrap();
+    // The replica lags behind.
+    let (primary, replica) = blocking(move || {
+        lag_behind(&primary, &replica, "filler");
+        (primary, replica)
     })
     .await;
     let mut let_in_while_lagging = 0;
@@ -413,19 +407,11 @@ async fn cluster_drill(acks: u32) -> ClusterDrill {
                     == Some(port.as_str())
             })
             .expect("the primary's replica");
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5_000)
-            .query(&mut cluster.nodes[primary].conn())
-            .unwrap();
-        assert_eq!(acked, 1);
-        cluster.nodes[replica].pause();
-        let filler = vec![b'x'; 48 << 20];
-        let () = redis::cmd("SET")
-            .arg("{drill}filler")
-            .arg(filler)
-            .query(&mut cluster.nodes[primary].conn())
-            .unwrap();
+        lag_behind(
+            &cluster.nodes[primary],
+            &cluster.nodes[replica],
+            "{drill}filler",
+        );
         (cluster, primary, replica)
     })
     .await;
