@@ -293,6 +293,72 @@ impl KeyRing {
     }
 }
 
+impl KeyRing {
+    /// Seals `pt` for `purpose` (a short note another of our endpoints
+    /// reads back, such as the page a decision chose): base64url of
+    /// `key id | nonce | ciphertext | tag`. Its associated data starts with
+    /// `NOTE_PREFIX`, so a note never opens as a ticket nor a ticket as a note.
+    pub fn seal_note(&self, purpose: &str, pt: &[u8]) -> String {
+        let Some(key) = self.keys.first() else {
+            return String::new();
+        };
+        let mut raw = Vec::with_capacity(1 + NONCE_LEN + pt.len() + TAG_LEN);
+        raw.push(key.id);
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::thread_rng().fill_bytes(&mut nonce);
+        raw.extend_from_slice(&nonce);
+        let mut body = pt.to_vec();
+        let aad = note_aad(key.id, purpose);
+        let Ok(tag) =
+            key.cipher
+                .encrypt_in_place_detached(Nonce::from_slice(&nonce), &aad, &mut body)
+        else {
+            return String::new();
+        };
+        raw.extend_from_slice(&body);
+        raw.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// Opens a note `seal_note` wrote for `purpose`; `None` for anything
+    /// else (at most `MAX_NOTE_LEN` characters are looked at).
+    pub fn open_note(&self, purpose: &str, value: &str) -> Option<Vec<u8>> {
+        if value.len() > MAX_NOTE_LEN {
+            return None;
+        }
+        let raw = URL_SAFE_NO_PAD.decode(value).ok()?;
+        let (&id, rest) = raw.split_first()?;
+        let (nonce, rest) = rest.split_first_chunk::<NONCE_LEN>()?;
+        let (body, tag) = rest.split_last_chunk::<TAG_LEN>()?;
+        let aad = note_aad(id, purpose);
+        self.keys.iter().filter(|k| k.id == id).find_map(|key| {
+            let mut pt = body.to_vec();
+            key.cipher
+                .decrypt_in_place_detached(
+                    Nonce::from_slice(nonce),
+                    &aad,
+                    &mut pt,
+                    Tag::from_slice(tag),
+                )
+                .ok()
+                .map(|()| pt)
+        })
+    }
+}
+
+/// Longest note `open_note` reads.
+pub const MAX_NOTE_LEN: usize = 2048;
+
+const NOTE_PREFIX: &[u8] = b"waitroom/note\0";
+
+fn note_aad(id: u8, purpose: &str) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(NOTE_PREFIX.len() + 1 + purpose.len());
+    aad.extend_from_slice(NOTE_PREFIX);
+    aad.push(id);
+    aad.extend_from_slice(purpose.as_bytes());
+    aad
+}
+
 /// The id a key carries in cookies: the first byte of
 /// SHA-256(`KEY_ID_PREFIX` | key). Derived from the key alone, so it stays the
 /// same wherever the key sits in the ring and whatever else the ring holds.
@@ -442,6 +508,34 @@ mod tests {
             expires_ms: EXPIRES,
             net: Some(network_of([192, 0, 2, 77].into())),
         }
+    }
+
+    #[test]
+    fn a_note_opens_only_for_its_purpose_and_never_as_a_ticket() {
+        let ring = KeyRing::new(&[key(1), key(2)]);
+        let note = ring.seal_note("page", b"what to show");
+        assert_eq!(
+            ring.open_note("page", &note).as_deref(),
+            Some(&b"what to show"[..])
+        );
+        assert_eq!(ring.open_note("other", &note), None);
+        // Any key of the ring opens it; a ring without the key does not.
+        assert!(KeyRing::new(&[key(9), key(1)])
+            .open_note("page", &note)
+            .is_some());
+        assert_eq!(KeyRing::new(&[key(2)]).open_note("page", &note), None);
+        // A ticket is no note, and a note no ticket.
+        let ticket = ring.seal(ROOM, &queued());
+        assert_eq!(ring.open_note(ROOM, &ticket), None);
+        assert!(ring.open(ROOM, &note, NOW).is_err());
+        // Flipping any byte spoils it.
+        let raw = decode(&note);
+        for i in 0..raw.len() {
+            let mut bad = raw.clone();
+            bad[i] ^= 1;
+            assert_eq!(ring.open_note("page", &encode(&bad)), None, "byte {i}");
+        }
+        assert_eq!(ring.open_note("page", &"A".repeat(MAX_NOTE_LEN + 1)), None);
     }
 
     fn decode(v: &str) -> Vec<u8> {

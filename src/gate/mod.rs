@@ -19,6 +19,7 @@
 //! Every store call goes through the [`guard::StoreGuard`] (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 
+pub mod decide;
 pub mod eta;
 pub mod guard;
 pub mod lag;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use crate::body::Body;
@@ -55,6 +56,7 @@ use crate::ticket::{Grant, KeyRing, Ticket};
 
 use guard::StoreGuard;
 use limits::{AddressLimit, ClientLimits};
+use pages::Shown;
 pub use rooms::{Room, Rooms};
 use tickets::Tickets;
 
@@ -344,6 +346,29 @@ impl Gate {
         }
     }
 
+    /// `{prefix}ready`, for a load balancer or a kubelet: 503 from the
+    /// start of a drain; otherwise 200 when the store answers, or when it
+    /// does not and `store.fail_mode` decides without it.
+    async fn ready_endpoint(&self) -> Response<Body> {
+        if self
+            .telemetry
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
+        }
+        if self.store_ready().await {
+            return text(StatusCode::OK, "ready");
+        }
+        match self.fail_mode {
+            FailMode::Open | FailMode::Local => text(
+                StatusCode::OK,
+                "ready (the store does not answer; fail_mode decides)",
+            ),
+            FailMode::Closed => text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable"),
+        }
+    }
+
     /// Whether the store answers within its timeout.
     pub async fn store_ready(&self) -> bool {
         match self.rooms.all().first() {
@@ -381,24 +406,16 @@ impl Gate {
         if req.method() == Method::CONNECT {
             return method_not_allowed(Language::Auto.choose(req.headers()));
         }
-        let canonical = match Canonical::of(&req)
-            .and_then(|c| crate::canonical::check_folding(c.path(), self.folding).map(|()| c))
-        {
-            Ok(c) => c,
+        if let Some(rest) = self.decision_path(req.uri().path()) {
+            let rest = rest.to_owned();
+            return self.decide(req, conn, &rest).await;
+        }
+        let ctx = match self.context(&req, conn) {
+            Ok(ctx) => ctx,
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "request refused");
                 return bad_request(refusal_text(why), Language::Auto.choose(req.headers()));
             }
-        };
-        let peer = conn.peer.ip();
-        let client = headers::client_ip(req.headers(), peer, &self.trusted_proxies);
-        let ctx = Ctx {
-            conn,
-            peer_trusted: headers::is_trusted(peer, &self.trusted_proxies),
-            client,
-            net: crate::ticket::network_of(client),
-            canonical,
-            now: self.clock.now_ms(),
         };
 
         // Phase 2: route.
@@ -427,52 +444,137 @@ impl Gate {
         }
 
         // Phase 4: ticket.
-        let decision = match self.ticket(&room, &req, &ctx).await {
+        let decision = match self.ticket(&room, req.headers(), &ctx).await {
             Ok(d) => d,
             Err(e) => return self.store_failed(&room, req, &ctx, e).await,
         };
 
         // Phase 5: respond.
-        match decision {
-            Decision::Forward(admitted) => {
+        match self.shown(&room, decision, &ctx) {
+            Err(admitted) => {
                 self.forward(req, &ctx, Some(&room), Some(admitted), true)
                     .await
             }
-            Decision::Queued { place, ticket } => {
-                let cookie = self.tickets.set_cookie(&room, &ticket, ctx.now);
-                let status = self.status(&room, ctx.now, VisitorState::Queued, Some(place));
-                let in_force = room.in_force(ctx.now);
+            Ok(shown) => self.show(Some(&room), &shown, req.headers(), ctx.now),
+        }
+    }
+
+    /// Phase 1 for `req`: its canonical form, its client, the clock.
+    fn context<'c, B>(
+        &self,
+        req: &Request<B>,
+        conn: &'c ConnInfo,
+    ) -> Result<Ctx<'c>, crate::canonical::Refusal> {
+        let canonical = Canonical::of(req)?;
+        crate::canonical::check_folding(canonical.path(), self.folding)?;
+        let peer = conn.peer.ip();
+        let client = headers::client_ip(req.headers(), peer, &self.trusted_proxies);
+        Ok(Ctx {
+            conn,
+            peer_trusted: headers::is_trusted(peer, &self.trusted_proxies),
+            client,
+            net: crate::ticket::network_of(client),
+            canonical,
+            now: self.clock.now_ms(),
+        })
+    }
+
+    /// What a decision shows the visitor, or the admitted visitor to let in.
+    fn shown(&self, room: &Room, decision: Decision, ctx: &Ctx<'_>) -> Result<Shown, Admitted> {
+        Ok(match decision {
+            Decision::Forward(admitted) => return Err(admitted),
+            Decision::Queued { place, ticket } => Shown::Queue {
+                seq: place.seq,
+                position: place.position,
+                queue_length: place.queue_length,
+                cookie: self.tickets.set_cookie(room, &ticket, ctx.now),
+            },
+            Decision::Rejected(reason) => Shown::Rejected { reason },
+            Decision::SlowDown(wait) => Shown::SlowDown { ms: millis(wait) },
+            Decision::TooManyArrivals(wait) => Shown::TooManyArrivals { ms: millis(wait) },
+            // `ticket` turns an ended place into a new arrival.
+            Decision::Ended => Shown::Unavailable,
+            Decision::Challenge(c) => Shown::Challenge {
+                text: c.text,
+                bits: c.bits,
+                expires_ms: c.expires_ms,
+            },
+        })
+    }
+
+    /// Renders what the gate decided to show (the page, or JSON for apps
+    /// that ask for it), for a request with these headers.
+    fn show(
+        &self,
+        room: Option<&Room>,
+        shown: &Shown,
+        headers: &HeaderMap,
+        now: Millis,
+    ) -> Response<Body> {
+        let json = wants_json(headers);
+        let Some(room) = room else {
+            return match shown {
+                Shown::Refused { host: true } => {
+                    bad_request(Msg::BadHost, Language::Auto.choose(headers))
+                }
+                Shown::Refused { host: false } => {
+                    bad_request(Msg::BadAddress, Language::Auto.choose(headers))
+                }
+                _ => not_found(Language::Auto.choose(headers)),
+            };
+        };
+        match shown {
+            Shown::Queue {
+                seq,
+                position,
+                queue_length,
+                cookie,
+            } => {
+                let place = QueuePlace {
+                    seq: *seq,
+                    position: *position,
+                    queue_length: *queue_length,
+                };
+                let status = self.status(room, now, VisitorState::Queued, Some(place));
+                let in_force = room.in_force(now);
                 let template = in_force
                     .event
                     .as_ref()
                     .and_then(|e| e.template.as_ref())
                     .unwrap_or(&room.template);
                 pages::queue(
-                    &room,
+                    room,
                     template,
                     &status,
-                    wants_json(&req),
-                    req.headers(),
-                    self.status_url(&room),
-                    ctx.now,
-                    Some(cookie),
+                    json,
+                    headers,
+                    self.status_url(room),
+                    now,
+                    Some(cookie.clone()),
                 )
             }
-            Decision::Rejected(reason) => {
-                pages::rejected(&room, reason, wants_json(&req), req.headers())
+            Shown::Challenge {
+                text,
+                bits,
+                expires_ms,
+            } => {
+                let challenge = proof::Challenge {
+                    text: text.clone(),
+                    bits: *bits,
+                    expires_ms: *expires_ms,
+                };
+                let status = self.challenge_status(room, &challenge, now);
+                pages::challenge(room, &status, &challenge, json, headers)
             }
-            Decision::SlowDown(wait) => {
-                pages::slow_down(&room, wait, wants_json(&req), req.headers())
+            Shown::Rejected { reason } => pages::rejected(room, *reason, json, headers),
+            Shown::SlowDown { ms } => {
+                pages::slow_down(room, Duration::from_millis(*ms), json, headers)
             }
-            Decision::TooManyArrivals(wait) => {
-                pages::too_many_arrivals(&room, wait, wants_json(&req), req.headers())
+            Shown::TooManyArrivals { ms } => {
+                pages::too_many_arrivals(room, Duration::from_millis(*ms), json, headers)
             }
-            // `ticket` turns an ended place into a new arrival.
-            Decision::Ended => pages::store_unavailable(&room, req.headers()),
-            Decision::Challenge(challenge) => {
-                let status = self.challenge_status(&room, &challenge, ctx.now);
-                pages::challenge(&room, &status, &challenge, wants_json(&req), req.headers())
-            }
+            Shown::Unavailable => pages::store_unavailable(room, headers),
+            Shown::Refused { .. } | Shown::NotFound => self.show(None, shown, headers, now),
         }
     }
 
@@ -480,11 +582,11 @@ impl Gate {
     async fn ticket(
         &self,
         room: &Room,
-        req: &Request<Incoming>,
+        req: &HeaderMap,
         ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
         let now = ctx.now;
-        match self.tickets.open(room, req.headers(), now, ctx.net) {
+        match self.tickets.open(room, req, now, ctx.net) {
             Some(Ticket {
                 visitor,
                 grant:
@@ -548,7 +650,7 @@ impl Gate {
     async fn moved_network(
         &self,
         room: &Room,
-        req: &Request<Incoming>,
+        req: &HeaderMap,
         visitor: VisitorId,
         issued: u64,
         session_expires_ms: Millis,
@@ -628,7 +730,7 @@ impl Gate {
     async fn new_visitor(
         &self,
         room: &Room,
-        req: &Request<Incoming>,
+        req: &HeaderMap,
         ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
         if let Err(wait) = self.limits.arrivals.check(ctx.client) {
@@ -667,28 +769,27 @@ impl Gate {
     async fn proof_wanted(
         &self,
         room: &Room,
-        req: &Request<Incoming>,
+        req: &HeaderMap,
         ctx: &Ctx<'_>,
     ) -> Result<Proof, StoreError> {
         if !room.asks_proof(ctx.now) {
             return Ok(Proof::NotAsked);
         }
         let id = room.config.id.as_str();
-        let refused =
-            match proof::presented(req.headers()).map(|s| self.proofs.check(id, s, ctx.now)) {
-                None => None,
-                Some(Ok(solved)) => {
-                    let noted = self
-                        .store
-                        .note(room, "proofs", &[solved.nonce], solved.expires_ms, ctx.now)
-                        .await?;
-                    if noted.added == 1 {
-                        return Ok(Proof::Proven);
-                    }
-                    Some(proof::Refusal::Replayed)
+        let refused = match proof::presented(req).map(|s| self.proofs.check(id, s, ctx.now)) {
+            None => None,
+            Some(Ok(solved)) => {
+                let noted = self
+                    .store
+                    .note(room, "proofs", &[solved.nonce], solved.expires_ms, ctx.now)
+                    .await?;
+                if noted.added == 1 {
+                    return Ok(Proof::Proven);
                 }
-                Some(Err(why)) => Some(why),
-            };
+                Some(proof::Refusal::Replayed)
+            }
+            Some(Err(why)) => Some(why),
+        };
         if let Some(why) = refused {
             room.metrics.proof_refused.inc();
             tracing::debug!(room = id, client = %ctx.client, %why, "proof of work refused");
@@ -963,6 +1064,13 @@ impl Gate {
         match (req.method(), rest) {
             (&Method::GET, "status") => self.status_endpoint(req, ctx).await,
             (&Method::GET, "health") => text(StatusCode::OK, "ok"),
+            (&Method::GET, "ready") => self.ready_endpoint().await,
+            (_, "page") => self.page_endpoint(req.headers(), ctx.peer_trusted),
+            (&Method::POST, "end") => {
+                let query = ctx.canonical.query();
+                self.end_endpoint(req.headers(), query, ctx.peer_trusted)
+                    .await
+            }
             _ => not_found(Language::Auto.choose(req.headers())),
         }
     }
@@ -1094,6 +1202,10 @@ impl Gate {
     }
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The 400 page's sentence for a request that cannot be made canonical.
 fn refusal_text(why: crate::canonical::Refusal) -> Msg {
     use crate::canonical::Refusal::*;
@@ -1103,8 +1215,8 @@ fn refusal_text(why: crate::canonical::Refusal) -> Msg {
     }
 }
 
-fn wants_json<B>(req: &Request<B>) -> bool {
-    req.headers()
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())

@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
+use crate::clock::Millis;
 use crate::i18n::{Chosen, Language};
 use crate::proxy::OriginError;
 use crate::queue_page::{Msg, QueueView, Status, Template, VisitorState};
@@ -17,6 +18,45 @@ use crate::store::RejectReason;
 
 use super::limits::retry_after_secs;
 use super::rooms::Room;
+
+/// What the gate shows a visitor it does not let in, decided once and
+/// rendered by [`super::Gate::show`]: at once, or, in decision mode, by
+/// `{reserved_prefix}page` after the proxy hands it back sealed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub enum Shown {
+    /// The queue page with the ticket cookie (a `Set-Cookie` value).
+    Queue {
+        seq: u64,
+        position: u64,
+        queue_length: u64,
+        cookie: String,
+    },
+    /// The proof of work to do first.
+    Challenge {
+        text: String,
+        bits: u8,
+        expires_ms: Millis,
+    },
+    Rejected {
+        reason: RejectReason,
+    },
+    /// 429, the place kept.
+    SlowDown {
+        ms: u64,
+    },
+    /// 429 for an address asking for too many new tickets.
+    TooManyArrivals {
+        ms: u64,
+    },
+    /// The store cannot decide now (fail closed, or this instance is behind).
+    Unavailable,
+    /// A request that cannot be made canonical (400); `host` when it was the host.
+    Refused {
+        host: bool,
+    },
+    NotFound,
+}
 
 /// The language of a page of this room for a request with these headers.
 fn chosen(room: &Room, headers: &HeaderMap) -> Chosen {

@@ -90,6 +90,11 @@ pub struct Tickets {
 }
 
 impl Tickets {
+    /// The cookie keys (they also seal the decision mode's pages).
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+
     pub fn new(keys: KeyRing, cookie: &CookieConfig) -> Self {
         Self {
             keys,
@@ -112,7 +117,7 @@ impl Tickets {
         }
     }
 
-    fn open_any(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
+    pub fn open_any(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
         let value = headers::cookie_bytes(headers, &room.cookie_finder)?;
         let id = room.config.id.as_str();
         let remembered = OPENED.with(|opened| {

@@ -206,6 +206,16 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// The `X-Waitroom-Signature` value naming `visitor` in `room` to the
+    /// origin, when `origin.sign_key_env` is set.
+    pub fn signature(&self, visitor: &VisitorId, room: &str, now_ms: u64) -> Option<HeaderValue> {
+        self.signer
+            .as_ref()
+            .and_then(|s| s.header(visitor, room, now_ms / 1000))
+    }
+}
+
 /// Tells the origin who the admitted visitor is.
 pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-visitor");
 /// The origin's way to end a visitor's session early (`revoke`).

@@ -1,0 +1,428 @@
+//! Decision mode: another proxy asks whether a request may pass (nginx
+//! `auth_request`, Envoy `ext_authz`, Traefik `ForwardAuth`, Caddy
+//! `forward_auth`, HAProxy through Lua) and forwards it itself. How each
+//! proxy is set up, and what it shows the visitor: `docs/behind-a-proxy.md`.
+//!
+//! Only `server.trusted_proxies` are answered. The original request is
+//! described in one of three ways, each its own path, so a header a
+//! visitor made up and the proxy passed along is never read in place of
+//! the one the proxy writes:
+//!
+//! - `{prefix}auth`: `X-Original-Method` and `X-Original-URI` (nginx,
+//!   HAProxy), the host in `Host`;
+//! - `{prefix}auth/forwarded`: `X-Forwarded-Method`, `-Uri`, `-Host`
+//!   (Traefik, Caddy);
+//! - `{prefix}auth/envoy/<original path>`: the original method and host
+//!   as they are (Envoy's path prefix).
+//!
+//! The original request is then made canonical exactly as the reverse proxy
+//! does, and the gate's phases decide. Let in: `200`, no body, the headers
+//! the origin should get (always present, empty when there is nothing to
+//! say) and at most one `Set-Cookie`. Not let in: `401` for nginx (which
+//! reads no body), with what to show sealed in `X-Waitroom-Page` for
+//! `{prefix}page` to render; for the others the page itself, with its own
+//! status unless that is a success (then `401`), and `X-Waitroom-Status`.
+
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+
+use crate::body::{empty, Body};
+use crate::clock::Millis;
+use crate::config::{FailMode, Unmatched};
+use crate::proxy::headers::{self, X_FORWARDED_HOST};
+use crate::proxy::{sign::X_WAITROOM_SIGNATURE, X_WAITROOM_VISITOR};
+use crate::respond::{json, push_cookie, text};
+use crate::store::StoreError;
+use crate::ticket::{Grant, Ticket};
+
+use super::pages::{self, Shown};
+use super::{Admitted, ConnInfo, Gate, Room};
+
+/// The room the decision was about (empty when none matched).
+pub const X_WAITROOM_ROOM: HeaderName = HeaderName::from_static("x-waitroom-room");
+/// What to show, sealed, for `{prefix}page`.
+pub const X_WAITROOM_PAGE: HeaderName = HeaderName::from_static("x-waitroom-page");
+/// The status the page would have had from the reverse proxy.
+pub const X_WAITROOM_STATUS: HeaderName = HeaderName::from_static("x-waitroom-status");
+
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
+
+/// How long a sealed page stays good: the proxy asks for it at once.
+const PAGE_NOTE_MS: Millis = 30_000;
+/// The sealed page's purpose (`KeyRing::seal_note`).
+const PAGE_NOTE: &str = "page";
+
+/// How the proxy describes the original request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `X-Original-*`: nginx, HAProxy. nginx reads no body of a denial.
+    Original,
+    /// `X-Forwarded-*`: Traefik, Caddy.
+    Forwarded,
+    /// The original path after `{prefix}auth/envoy`: Envoy.
+    Envoy,
+}
+
+/// The sealed page: what to show, for which room, until when.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PageNote {
+    room: String,
+    until: Millis,
+    shown: Shown,
+}
+
+/// Why the original request could not be read.
+const UNDESCRIBED: &str = "the original request is not described: see docs/behind-a-proxy.md";
+
+impl Gate {
+    /// Whether `raw_path` (the request's own, not canonical) is one of the
+    /// decision endpoints. Checked on the raw path: the original path that
+    /// Envoy appends must not be folded into the endpoint's.
+    pub(super) fn decision_path<'p>(&self, raw_path: &'p str) -> Option<&'p str> {
+        let rest = raw_path.strip_prefix(self.reserved_prefix.as_str())?;
+        (rest == "auth" || rest.starts_with("auth/")).then_some(rest)
+    }
+
+    /// Answers a proxy's "may this request pass?" (`rest` is the raw path
+    /// after the reserved prefix).
+    pub(super) async fn decide(
+        &self,
+        req: Request<Incoming>,
+        conn: &ConnInfo,
+        rest: &str,
+    ) -> Response<Body> {
+        if !headers::is_trusted(conn.peer.ip(), &self.trusted_proxies) {
+            tracing::debug!(peer = %conn.peer, "decision asked by an untrusted peer");
+            return text(
+                StatusCode::FORBIDDEN,
+                "the decision endpoint answers only server.trusted_proxies",
+            );
+        }
+        let (form, envoy_path) = match rest {
+            "auth" => (Form::Original, None),
+            "auth/forwarded" => (Form::Forwarded, None),
+            _ => match rest.strip_prefix("auth/envoy") {
+                Some(path) if path.is_empty() || path.starts_with('/') => {
+                    (Form::Envoy, Some(path.to_owned()))
+                }
+                _ => return text(StatusCode::NOT_FOUND, "no such decision endpoint"),
+            },
+        };
+        let now = self.clock.now_ms();
+        let original = match original_request(req, form, envoy_path) {
+            Ok(original) => original,
+            Err(Unread::Undescribed) => return text(StatusCode::BAD_REQUEST, UNDESCRIBED),
+            Err(Unread::Unreadable(headers)) => {
+                return self.deny(None, Shown::Refused { host: false }, &headers, form, now)
+            }
+        };
+        let ctx = match self.context(&original, conn) {
+            Ok(ctx) => ctx,
+            Err(why) => {
+                tracing::debug!(peer = %conn.peer, %why, "original request refused");
+                let host = matches!(super::refusal_text(why), crate::queue_page::Msg::BadHost);
+                return self.deny(None, Shown::Refused { host }, original.headers(), form, now);
+            }
+        };
+        let headers = original.headers();
+        if ctx
+            .canonical
+            .path()
+            .starts_with(self.reserved_prefix.as_str())
+        {
+            // The daemon's own paths are reached directly, never through a decision.
+            return self.deny(None, Shown::NotFound, headers, form, ctx.now);
+        }
+        let key = ctx.canonical.match_key();
+        let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
+            return match self.unmatched {
+                Unmatched::Forward => self.let_in(None, None, ctx.now),
+                Unmatched::NotFound => self.deny(None, Shown::NotFound, headers, form, ctx.now),
+            };
+        };
+        if room.bypasses(&key, ctx.client, headers) {
+            return self.let_in(Some(&room), None, ctx.now);
+        }
+        let decision = match self.ticket(&room, headers, &ctx).await {
+            Ok(d) => d,
+            Err(error) => {
+                tracing::debug!(room = %room.config.id, %error, "store call failed");
+                if matches!(error, StoreError::Busy) {
+                    room.metrics.shed.inc();
+                    return self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now);
+                }
+                return match self.fail_mode {
+                    FailMode::Open | FailMode::Local => self.let_in(Some(&room), None, ctx.now),
+                    FailMode::Closed => {
+                        self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now)
+                    }
+                };
+            }
+        };
+        match self.shown(&room, decision, &ctx) {
+            Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now),
+            Ok(shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
+        }
+    }
+
+    /// `200`: the proxy forwards, with these headers set on the request.
+    fn let_in(
+        &self,
+        room: Option<&Room>,
+        admitted: Option<Admitted>,
+        now: Millis,
+    ) -> Response<Body> {
+        let mut resp = Response::new(empty());
+        let h = resp.headers_mut();
+        let none = || HeaderValue::from_static("");
+        let room_id = room.map(|r| r.config.id.as_str());
+        let visitor = admitted.as_ref().map(|a| a.visitor);
+        h.insert(
+            X_WAITROOM_VISITOR,
+            visitor
+                .and_then(|v| HeaderValue::from_bytes(&v.hex()).ok())
+                .unwrap_or_else(none),
+        );
+        h.insert(
+            X_WAITROOM_ROOM,
+            room_id
+                .and_then(|id| HeaderValue::from_str(id).ok())
+                .unwrap_or_else(none),
+        );
+        let signature = visitor
+            .zip(room_id)
+            .and_then(|(v, id)| self.proxy.signature(&v, id, now));
+        h.insert(X_WAITROOM_SIGNATURE, signature.unwrap_or_else(none));
+        if let (Some(room), Some(ticket)) = (room, admitted.and_then(|a| a.ticket)) {
+            push_cookie(h, self.tickets.set_cookie(room, &ticket, now));
+        }
+        resp
+    }
+
+    /// Not let in: the page (or only its sealed description, for nginx).
+    fn deny(
+        &self,
+        room: Option<&Room>,
+        shown: Shown,
+        headers: &HeaderMap,
+        form: Form,
+        now: Millis,
+    ) -> Response<Body> {
+        let note = PageNote {
+            room: room.map(|r| r.config.id.clone()).unwrap_or_default(),
+            until: now + PAGE_NOTE_MS,
+            shown,
+        };
+        let sealed = serde_json::to_vec(&note)
+            .map(|pt| self.tickets.keys().seal_note(PAGE_NOTE, &pt))
+            .ok()
+            .and_then(|s| HeaderValue::from_str(&s).ok());
+        let mut resp = if form == Form::Original {
+            Response::new(empty())
+        } else {
+            self.show(room, &note.shown, headers, now)
+        };
+        let page_status = if form == Form::Original {
+            // Only the page endpoint renders it; its status, as rendered there.
+            self.show_status(room, &note.shown)
+        } else {
+            resp.status()
+        };
+        *resp.status_mut() = if form == Form::Original || page_status.is_success() {
+            StatusCode::UNAUTHORIZED
+        } else {
+            page_status
+        };
+        let h = resp.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(page_status.as_str()) {
+            h.insert(X_WAITROOM_STATUS, v);
+        }
+        if let Some(v) = sealed {
+            h.insert(X_WAITROOM_PAGE, v);
+        }
+        resp
+    }
+
+    /// The status of the page `shown` renders as.
+    fn show_status(&self, room: Option<&Room>, shown: &Shown) -> StatusCode {
+        match (room, shown) {
+            (Some(room), Shown::Queue { .. } | Shown::Challenge { .. }) => {
+                room.config.queue_status_code
+            }
+            (Some(_), Shown::Rejected { .. } | Shown::Unavailable) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            (Some(_), Shown::SlowDown { .. } | Shown::TooManyArrivals { .. }) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::NOT_FOUND,
+        }
+    }
+
+    /// `{prefix}page`: the page a decision chose, handed back sealed by
+    /// the proxy in `X-Waitroom-Page` (nginx's named location); the
+    /// request's own headers choose HTML or JSON and the language.
+    pub(super) fn page_endpoint(&self, headers: &HeaderMap, peer_trusted: bool) -> Response<Body> {
+        let now = self.clock.now_ms();
+        let note = peer_trusted
+            .then(|| headers.get(&X_WAITROOM_PAGE))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| self.tickets.keys().open_note(PAGE_NOTE, v))
+            .and_then(|pt| serde_json::from_slice::<PageNote>(&pt).ok())
+            .filter(|n| now < n.until);
+        let Some(note) = note else {
+            // Nothing to show: reloading asks the proxy, and so us, again.
+            return crate::respond::message(
+                StatusCode::SERVICE_UNAVAILABLE,
+                crate::queue_page::Msg::StoreUnavailable,
+                crate::i18n::Language::Auto.choose(headers),
+                1,
+            );
+        };
+        let room = self.rooms.by_id(&note.room).cloned();
+        self.show(room.as_deref(), &note.shown, headers, now)
+    }
+
+    /// `POST {prefix}end?room=ID` from a trusted proxy or the origin, with
+    /// the visitor's cookie: ends the session (or gives up the queue place)
+    /// the ticket names, as the reverse proxy's `X-Waitroom-Command: revoke`
+    /// does; the answer expires the cookie.
+    pub(super) async fn end_endpoint(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        peer_trusted: bool,
+    ) -> Response<Body> {
+        if !peer_trusted {
+            return text(
+                StatusCode::FORBIDDEN,
+                "ending a session answers only server.trusted_proxies",
+            );
+        }
+        let id = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
+        let Some(room) = id.and_then(|id| self.rooms.by_id(id)).cloned() else {
+            return json(
+                StatusCode::NOT_FOUND,
+                &serde_json::json!({"error": "unknown room"}),
+                None,
+            );
+        };
+        let now = self.clock.now_ms();
+        let outcome = match self.tickets.open_any(&room, headers, now) {
+            Some(Ticket {
+                visitor,
+                grant:
+                    Grant::Admitted {
+                        session_expires_ms, ..
+                    },
+                ..
+            }) => {
+                room.ended(visitor, now);
+                let ended = self
+                    .store
+                    .end_session(&room, visitor, session_expires_ms, now);
+                ended.await.inspect(|_| {
+                    room.metrics.revoked.inc();
+                })
+            }
+            Some(Ticket {
+                visitor,
+                grant: Grant::Queued { .. },
+                ..
+            }) => self.store.release(&room, visitor, now).await,
+            None => Ok(false),
+        };
+        match outcome {
+            Ok(ended) => {
+                let mut resp = json(StatusCode::OK, &serde_json::json!({"ended": ended}), None);
+                push_cookie(resp.headers_mut(), self.tickets.expired_cookie(&room));
+                resp
+            }
+            Err(e) => {
+                tracing::warn!(room = %room.config.id, error = %e, "session end not recorded");
+                let mut resp = pages::store_unavailable(&room, headers);
+                *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                resp
+            }
+        }
+    }
+}
+
+/// Why the original request could not be read.
+enum Unread {
+    /// The proxy does not describe it: its configuration is wrong.
+    Undescribed,
+    /// It is described, in a spelling that is no request target (the
+    /// decision request's headers, for the page).
+    Unreadable(HeaderMap),
+}
+
+/// The request the proxy describes: its method, target and host put in
+/// place of the decision request's own, every other header kept (the
+/// visitor's cookies, `Accept`, `Accept-Language`, `X-Forwarded-For`).
+fn original_request(
+    req: Request<Incoming>,
+    form: Form,
+    envoy_path: Option<String>,
+) -> Result<Request<()>, Unread> {
+    let (mut parts, _body) = req.into_parts();
+    let h = &parts.headers;
+    let described = |name: &HeaderName| h.get(name).ok_or(Unread::Undescribed);
+    let forwarded_host = match form {
+        Form::Forwarded => Some(described(&X_FORWARDED_HOST)?.clone()),
+        _ => None,
+    };
+    let (method, target) = match form {
+        Form::Original => (
+            described(&X_ORIGINAL_METHOD)?.clone(),
+            described(&X_ORIGINAL_URI)?.clone(),
+        ),
+        Form::Forwarded => (
+            described(&X_FORWARDED_METHOD)?.clone(),
+            described(&X_FORWARDED_URI)?.clone(),
+        ),
+        Form::Envoy => {
+            let path = envoy_path
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "/".into());
+            let target = match parts.uri.query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path,
+            };
+            let method =
+                HeaderValue::from_str(parts.method.as_str()).map_err(|_| Unread::Undescribed)?;
+            (
+                method,
+                HeaderValue::from_str(&target).map_err(|_| Unread::Undescribed)?,
+            )
+        }
+    };
+    // An HTTP/2 decision request names its host in the URI, not `Host`.
+    if !parts.headers.contains_key(header::HOST) {
+        if let Some(host) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+    }
+    if let Some(host) = forwarded_host {
+        parts.headers.insert(header::HOST, host);
+    }
+    let read = Method::from_bytes(method.as_bytes())
+        .ok()
+        .zip(Uri::try_from(target.as_bytes()).ok());
+    let Some((method, uri)) = read else {
+        return Err(Unread::Unreadable(parts.headers));
+    };
+    parts.method = method;
+    parts.uri = uri;
+    Ok(Request::from_parts(parts, ()))
+}
