@@ -5,10 +5,14 @@
 //! gives, refuses to start on the Secret's placeholders, probes the paths
 //! and port that config serves, selects its own pods, runs them
 //! unprivileged on a read-only root, and gives a drain its time.
-//! The image: its user and paths agree with the manifests.
+//! The image: its user and paths agree with the manifests. systemd: the
+//! unit is valid, hardened (`systemd-analyze security` exposure at most
+//! 2.0), and its env file names what the example config reads.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde::Deserialize as _;
@@ -685,4 +689,109 @@ fn containerfile(instruction: &str) -> String {
         found.len()
     );
     found[0].trim().to_owned()
+}
+
+fn unit_path() -> PathBuf {
+    root().join("deploy/systemd/waitroom.service")
+}
+
+/// Runs `systemd-analyze` (panics if it is missing: it comes with systemd).
+fn systemd_analyze(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new("systemd-analyze")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "systemd-analyze cannot run ({e}); it comes with systemd: apt-get install systemd"
+            )
+        })
+}
+
+#[test]
+fn the_systemd_unit_is_exposed_at_most_2_0() {
+    let unit = unit_path();
+    let out = systemd_analyze(
+        &["security", "--offline=true", unit.to_str().unwrap()],
+        root(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "systemd-analyze security: {stderr}");
+    assert!(
+        !stderr.contains("Unknown"),
+        "systemd-analyze ignores part of the unit:\n{stderr}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{stdout}"));
+    let exposure: f64 = line
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read the exposure of {line:?}"));
+    assert!(
+        exposure <= 2.0,
+        "the unit's exposure is {exposure} (over 2.0):\n{stdout}"
+    );
+}
+
+#[test]
+fn the_systemd_unit_verifies_and_gives_a_drain_its_time() {
+    let text = read(&unit_path());
+    // `verify` checks that every command exists: point the unit at the
+    // binary cargo built.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("waitroom.service"),
+        text.replace("/usr/local/bin/waitroom", env!("CARGO_BIN_EXE_waitroom")),
+    )
+    .unwrap();
+    let out = systemd_analyze(&["verify", "./waitroom.service"], dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify:\n{stderr}"
+    );
+
+    let setting = |key: &str| -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .collect()
+    };
+    let example = read(&root().join("config/example.toml"));
+    let env = env_file_stand_ins();
+    let config =
+        config::from_toml_str_with_env(&example, &|n| env.get(n).cloned()).unwrap_or_else(|e| {
+            panic!("config/example.toml with waitroom.env.example's variables set: {e}")
+        });
+    let stop = humantime::parse_duration(setting("TimeoutStopSec")[0]).unwrap();
+    assert!(
+        stop > config.server.drain_timeout + Duration::from_secs(1),
+        "TimeoutStopSec {stop:?} does not cover the drain ({:?})",
+        config.server.drain_timeout
+    );
+    assert!(setting("ExecReload")[0].contains("-HUP $MAINPID"));
+    assert_eq!(setting("KillSignal"), ["SIGTERM"]);
+    assert_eq!(setting("EnvironmentFile"), ["/etc/waitroom/waitroom.env"]);
+    assert!(setting("User").is_empty() && setting("DynamicUser") == ["yes"]);
+}
+
+/// The variables waitroom.env.example sets, with real values.
+fn env_file_stand_ins() -> BTreeMap<String, String> {
+    read(&root().join("deploy/systemd/waitroom.env.example"))
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(name, _)| {
+            let value = if name.contains("COOKIE") {
+                waitroom::secret::generate_key()
+            } else {
+                "stand-in-token".to_owned()
+            };
+            (name.to_owned(), value)
+        })
+        .collect()
 }
