@@ -157,7 +157,7 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed)",
             m.decisions.clone(),
         );
         registry.register(
