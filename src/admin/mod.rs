@@ -32,6 +32,7 @@ use crate::gate::{AmendError, Room, SharedGate};
 use crate::queue_page::rfc3339;
 use crate::respond::{html, json, text};
 use crate::store::{EventSpec, QueueingMethod, RoomState, Settings, StoreError, VisitorId};
+use crate::telemetry::exposition::Format;
 
 pub use crate::telemetry::Telemetry;
 
@@ -185,11 +186,21 @@ impl Admin {
             (&Method::GET, "/live") if open => return Ok(text(StatusCode::OK, "live")),
             (&Method::GET, "/ready") if open => return Ok(self.ready().await),
             (&Method::GET, "/metrics") if open => {
-                let mut resp = Response::new(full(self.telemetry.metrics.encode()));
-                resp.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                // OpenMetrics when the scraper asks for it (Prometheus
+                // does), the classic text format 0.0.4 otherwise.
+                let format = Format::negotiate(
+                    req.headers()
+                        .get_all(header::ACCEPT)
+                        .iter()
+                        .filter_map(|v| v.to_str().ok()),
                 );
+                let mut resp = Response::new(full(self.telemetry.metrics.encode(format)));
+                let headers = resp.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static(format.content_type()),
+                );
+                headers.insert(header::VARY, header::HeaderValue::from_static("Accept"));
                 return Ok(resp);
             }
             // The page itself holds no data; it asks for the token when the API needs one.

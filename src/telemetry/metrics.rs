@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use super::exposition::{self, Format};
 use super::wait::{QueueWait, WaitHour, WaitSummary, PROMETHEUS_BUCKETS};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -156,7 +157,7 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed)",
             m.decisions.clone(),
         );
         registry.register(
@@ -303,13 +304,16 @@ impl Metrics {
         self.origin_latency.observe(seconds);
     }
 
-    /// The Prometheus text exposition.
-    pub fn encode(&self) -> String {
+    /// The exposition in `format` (see `super::exposition`).
+    pub fn encode(&self, format: Format) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
-        out
+        match format {
+            Format::OpenMetrics { .. } => out,
+            Format::Classic => exposition::classic(&out),
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! What the daemon reports about itself and outlives a config reload:
-//! Prometheus metrics, the last hour of each room's figures and of its
-//! visitors' time in queue for the dashboard, and the draining flag
-//! `/ready` reads. The gate writes it, the
+//! Prometheus metrics (in the text format the scraper asks for), the last
+//! hour of each room's figures and of its visitors' time in queue for the
+//! dashboard, and the draining flag `/ready` reads. The gate writes it, the
 //! admin listener reads it; it depends on neither.
 
+pub mod exposition;
 pub mod history;
 pub mod metrics;
 pub mod wait;
