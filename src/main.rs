@@ -113,7 +113,8 @@ struct SimulateArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Held until the daemon ends: dropping it flushes the log.
+    let _log = init_logging(cli.log_format);
     match cli.command {
         Command::Keygen => {
             println!("{}", waitroom::secret::generate_key());
@@ -316,14 +317,20 @@ async fn shutdown_signal() {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs (the access log too) go to standard error through a writer
+/// thread: a request never waits for the terminal or the pipe. Should
+/// the writer fall more than its buffer (128k lines) behind, lines are
+/// dropped rather than requests held.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }

@@ -9,7 +9,7 @@ const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 fn config(rooms: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\naccess_log = true\n[cookie]\nkeys = [\"{KEY}\"]\nsecure = false\n[origin]\nurl = \"http://127.0.0.1:9\"\n{rooms}"
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\naccess_log = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n[cookie]\nkeys = [\"{KEY}\"]\nsecure = false\n[origin]\nurl = \"http://127.0.0.1:9\"\n{rooms}"
     )
 }
 
@@ -96,20 +96,34 @@ fn sighup_reloads_and_sigterm_drains_and_exits_zero() {
     let addr = started["fields"]["addr"].as_str().unwrap().to_owned();
 
     // The access log: one line per visitor request (the origin is down: 502).
+    // From a trusted proxy: the client it names and its request id.
     let out = Command::new("curl")
         .args(["-s", "-o", "/dev/null", &format!("http://{addr}/hello")])
+        .args([
+            "-H",
+            "X-Forwarded-For: 203.0.113.7",
+            "-H",
+            "X-Request-Id: req-42",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let line = wait_for("access");
     assert_eq!(line["target"], "waitroom::access");
+    let f = &line["fields"];
     assert_eq!(
-        (
-            line["fields"]["path"].as_str(),
-            line["fields"]["status"].as_u64()
-        ),
+        (f["path"].as_str(), f["status"].as_u64()),
         (Some("/hello"), Some(502))
     );
+    assert_eq!(
+        (f["room"].as_str(), f["outcome"].as_str()),
+        (Some("shop"), Some("admitted"))
+    );
+    assert_eq!(
+        (f["client"].as_str(), f["peer"].as_str(), f["id"].as_str()),
+        (Some("203.0.113.7"), Some("127.0.0.1"), Some("req-42"))
+    );
+    assert!(f["ms"].as_f64().is_some());
     let rooms = |admin: &str| -> usize {
         let out = Command::new("curl")
             .args(["-s", &format!("http://{admin}/api/rooms")])

@@ -140,12 +140,12 @@ impl Gate {
         let key = ctx.canonical.match_key();
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
-                Unmatched::Forward => self.let_in(None, None, ctx.now),
+                Unmatched::Forward => self.let_in(None, None, ctx.now, "unmatched"),
                 Unmatched::NotFound => self.deny(None, Shown::NotFound, headers, form, ctx.now),
             };
         };
         if room.bypasses(&key, ctx.client, headers) {
-            return self.let_in(Some(&room), None, ctx.now);
+            return self.let_in(Some(&room), None, ctx.now, "bypass");
         }
         let decision = match self.ticket(&room, headers, &ctx).await {
             Ok(d) => d,
@@ -156,7 +156,9 @@ impl Gate {
                     return self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now);
                 }
                 return match self.fail_mode {
-                    FailMode::Open | FailMode::Local => self.let_in(Some(&room), None, ctx.now),
+                    FailMode::Open | FailMode::Local => {
+                        self.let_in(Some(&room), None, ctx.now, "fail_open")
+                    }
                     FailMode::Closed => {
                         self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now)
                     }
@@ -164,7 +166,7 @@ impl Gate {
             }
         };
         match self.shown(&room, decision, &ctx) {
-            Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now),
+            Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now, "admitted"),
             Ok(shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
         }
     }
@@ -175,6 +177,7 @@ impl Gate {
         room: Option<&Room>,
         admitted: Option<Admitted>,
         now: Millis,
+        outcome: &'static str,
     ) -> Response<Body> {
         let mut resp = Response::new(empty());
         let h = resp.headers_mut();
@@ -200,7 +203,7 @@ impl Gate {
         if let (Some(room), Some(ticket)) = (room, admitted.and_then(|a| a.ticket)) {
             push_cookie(h, self.tickets.set_cookie(room, &ticket, now));
         }
-        resp
+        self.marked(resp, room, outcome)
     }
 
     /// Not let in: the page (or only its sealed description, for nginx).
@@ -244,7 +247,7 @@ impl Gate {
         if let Some(v) = sealed {
             h.insert(X_WAITROOM_PAGE, v);
         }
-        resp
+        self.marked(resp, room, note.shown.outcome())
     }
 
     /// The status of the page `shown` renders as.

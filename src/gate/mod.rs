@@ -19,6 +19,7 @@
 //! Every store call goes through the [`guard::StoreGuard`] (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 
+pub mod access;
 pub mod decide;
 pub mod eta;
 pub mod guard;
@@ -386,17 +387,46 @@ impl Gate {
         }
         let started = Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-        let resp = self.phases(req, conn).await;
+        let peer = conn.peer.ip();
+        let client = headers::client_ip(req.headers(), peer, &self.trusted_proxies);
+        let id = access::request_id(
+            req.headers(),
+            headers::is_trusted(peer, &self.trusted_proxies),
+        );
+        let mut resp = self.phases(req, conn).await;
         self.telemetry.metrics.response(resp.status());
+        let mark = resp.extensions_mut().remove::<access::Mark>();
+        let (room, outcome) = mark.map_or((None, "none"), |m| (m.room, m.outcome));
         tracing::info!(
             target: "waitroom::access",
+            id = %id,
             %method,
             path,
             status = resp.status().as_u16(),
             ms = started.elapsed().as_secs_f64() * 1000.0,
-            peer = %conn.peer.ip(),
+            client = %client,
+            peer = %peer,
+            room = room.as_deref().unwrap_or(""),
+            outcome,
             "access"
         );
+        resp
+    }
+
+    /// Notes the room and outcome of `resp` for the access log (nothing
+    /// when there is no access log).
+    fn marked(
+        &self,
+        mut resp: Response<Body>,
+        room: Option<&Room>,
+        outcome: &'static str,
+    ) -> Response<Body> {
+        if self.access_log {
+            resp.extensions_mut().insert(access::Mark {
+                room: room.map(|r| r.config.id.clone()),
+                outcome,
+            });
+        }
         resp
     }
 
@@ -404,7 +434,8 @@ impl Gate {
         // Phase 1: canonical. CONNECT asks for a tunnel to an authority,
         // which no origin of ours is: it is never forwarded.
         if req.method() == Method::CONNECT {
-            return method_not_allowed(Language::Auto.choose(req.headers()));
+            let resp = method_not_allowed(Language::Auto.choose(req.headers()));
+            return self.marked(resp, None, "refused");
         }
         if let Some(rest) = self.decision_path(req.uri().path()) {
             let rest = rest.to_owned();
@@ -414,7 +445,8 @@ impl Gate {
             Ok(ctx) => ctx,
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "request refused");
-                return bad_request(refusal_text(why), Language::Auto.choose(req.headers()));
+                let resp = bad_request(refusal_text(why), Language::Auto.choose(req.headers()));
+                return self.marked(resp, None, "refused");
             }
         };
 
@@ -424,23 +456,29 @@ impl Gate {
             .path()
             .strip_prefix(self.reserved_prefix.as_str())
         {
-            return self.reserved(&req, rest, &ctx).await;
+            let resp = self.reserved(&req, rest, &ctx).await;
+            return self.marked(resp, None, "own");
         }
         let key = ctx.canonical.match_key();
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {
                 Unmatched::Forward => {
                     let upgrades = self.unmatched_upgrades;
-                    self.forward(req, &ctx, None, None, upgrades).await
+                    let resp = self.forward(req, &ctx, None, None, upgrades).await;
+                    self.marked(resp, None, "unmatched")
                 }
-                Unmatched::NotFound => not_found(Language::Auto.choose(req.headers())),
+                Unmatched::NotFound => {
+                    let resp = not_found(Language::Auto.choose(req.headers()));
+                    self.marked(resp, None, "not_found")
+                }
             };
         };
 
         // Phase 3: bypass.
         if room.bypasses(&key, ctx.client, req.headers()) {
             let upgrades = room.config.bypass_upgrades;
-            return self.forward(req, &ctx, Some(&room), None, upgrades).await;
+            let resp = self.forward(req, &ctx, Some(&room), None, upgrades).await;
+            return self.marked(resp, Some(&room), "bypass");
         }
 
         // Phase 4: ticket.
@@ -452,10 +490,15 @@ impl Gate {
         // Phase 5: respond.
         match self.shown(&room, decision, &ctx) {
             Err(admitted) => {
-                self.forward(req, &ctx, Some(&room), Some(admitted), true)
-                    .await
+                let resp = self
+                    .forward(req, &ctx, Some(&room), Some(admitted), true)
+                    .await;
+                self.marked(resp, Some(&room), "admitted")
             }
-            Ok(shown) => self.show(Some(&room), &shown, req.headers(), ctx.now),
+            Ok(shown) => {
+                let resp = self.show(Some(&room), &shown, req.headers(), ctx.now);
+                self.marked(resp, Some(&room), shown.outcome())
+            }
         }
     }
 
@@ -845,15 +888,20 @@ impl Gate {
             // This instance is behind, not the store: nobody is let in
             // unchecked, and the answer costs next to nothing.
             room.metrics.shed.inc();
-            return pages::store_unavailable(room, req.headers());
+            let resp = pages::store_unavailable(room, req.headers());
+            return self.marked(resp, Some(room), "shed");
         }
         match self.fail_mode {
             // `local` only gets here if its own store failed, which it cannot;
             // availability first.
             FailMode::Open | FailMode::Local => {
-                self.forward(req, ctx, Some(room), None, true).await
+                let resp = self.forward(req, ctx, Some(room), None, true).await;
+                self.marked(resp, Some(room), "fail_open")
             }
-            FailMode::Closed => pages::store_unavailable(room, req.headers()),
+            FailMode::Closed => {
+                let resp = pages::store_unavailable(room, req.headers());
+                self.marked(resp, Some(room), "unavailable")
+            }
         }
     }
 

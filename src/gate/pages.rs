@@ -58,6 +58,22 @@ pub enum Shown {
     NotFound,
 }
 
+impl Shown {
+    /// Its name in the access log.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Shown::Queue { .. } => "queued",
+            Shown::Challenge { .. } => "challenge",
+            Shown::Rejected { .. } => "rejected",
+            Shown::SlowDown { .. } => "slow_down",
+            Shown::TooManyArrivals { .. } => "too_many_arrivals",
+            Shown::Unavailable => "unavailable",
+            Shown::Refused { .. } => "refused",
+            Shown::NotFound => "not_found",
+        }
+    }
+}
+
 /// The language of a page of this room for a request with these headers.
 fn chosen(room: &Room, headers: &HeaderMap) -> Chosen {
     room.config.language.choose(headers)
