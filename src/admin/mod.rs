@@ -274,14 +274,7 @@ impl Admin {
                 let visitor = VisitorId::from_hex(&body.visitor).ok_or_else(|| {
                     AdminError::BadRequest("visitor: expected 32 hex characters".into())
                 })?;
-                let gate = self.gates.load_full();
-                let store = &gate.store;
-                let now = gate.clock.now_ms();
-                room.ended(visitor, now);
-                let released = store.release(&room, visitor, now).await?;
-                if released {
-                    room.metrics.revoked.inc();
-                }
+                let released = self.gates.load_full().release(&room, visitor).await?;
                 Ok(json(
                     StatusCode::OK,
                     &serde_json::json!({ "released": released }),
@@ -290,12 +283,7 @@ impl Admin {
             }
             (&Method::POST, ["api", "rooms", id, "reset"]) => {
                 let room = self.room(id)?;
-                let gate = self.gates.load_full();
-                let store = &gate.store;
-                store.reset(&room, gate.clock.now_ms()).await?;
-                // Every session ended: so does every tunnel one opened here.
-                room.tunnels.end(None);
-                tracing::info!(room = %room.config.id, "room reset by the operator");
+                self.gates.load_full().reset(&room).await?;
                 Ok(json(
                     StatusCode::OK,
                     &serde_json::json!({ "reset": true }),

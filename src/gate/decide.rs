@@ -326,13 +326,8 @@ impl Gate {
                     },
                 ..
             }) => {
-                room.ended(visitor, now);
-                let ended = self
-                    .store
-                    .end_session(&room, visitor, session_expires_ms, now);
-                ended.await.inspect(|_| {
-                    room.metrics.revoked.inc();
-                })
+                self.end_session(&room, visitor, session_expires_ms, now)
+                    .await
             }
             Some(Ticket {
                 visitor,
@@ -349,7 +344,8 @@ impl Gate {
             }
             Err(e) => {
                 tracing::warn!(room = %room.config.id, error = %e, "session end not recorded");
-                let mut resp = pages::store_unavailable(&room, headers);
+                let mut resp =
+                    pages::store_unavailable(&room, &pages::Reply::for_room(&room, headers));
                 *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 resp
             }

@@ -18,6 +18,15 @@
 //!
 //! Every store call goes through the [`guard::StoreGuard`] (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
+//!
+//! Around the phases, each in its own module: `decide` (the same phases
+//! asked by another proxy, decision mode), `own` (the daemon's own paths
+//! and the status JSON), `pages` (what is shown when nothing is
+//! forwarded, with the request's one [`pages::Reply`]), `tickets`,
+//! `limits`, `proof`, `schedule` and `eta` (what the phases consult),
+//! `upkeep` (room figures, runtime changes and events, off the request
+//! path), `operator` (changes operators and the origin make) and `access`
+//! (the access log's marks).
 
 pub mod access;
 pub mod decide;
@@ -25,18 +34,21 @@ pub mod eta;
 pub mod guard;
 pub mod lag;
 pub mod limits;
+pub mod operator;
+mod own;
 pub mod pages;
 pub mod proof;
 pub mod rooms;
 pub mod schedule;
 pub mod tickets;
+mod upkeep;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response};
 use hyper::body::Incoming;
 
 use crate::body::Body;
@@ -45,19 +57,16 @@ use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode, Unmatched};
 use crate::i18n::Language;
 use crate::proxy::{self, headers, Outbound, Proxy};
-use crate::queue_page::{self, Msg, Status, Template, VisitorState};
-use crate::respond::{
-    bad_request, json, method_not_allowed, not_found, push_cookie, retry_after, text,
-};
-use crate::store::{
-    EventSpec, QueuePlace, RoomOverrides, SharedStore, StoreError, Verdict, VisitorId,
-};
+use crate::queue_page::{self, Msg, Template, VisitorState};
+use crate::respond::{bad_request, method_not_allowed, not_found, push_cookie};
+use crate::store::{QueuePlace, SharedStore, StoreError, Verdict, VisitorId};
 use crate::telemetry::Telemetry;
 use crate::ticket::{Grant, KeyRing, Ticket};
 
 use guard::StoreGuard;
 use limits::{AddressLimit, ClientLimits};
-use pages::Shown;
+pub use operator::AmendError;
+use pages::{Reply, Shown};
 pub use rooms::{Room, Rooms};
 use tickets::Tickets;
 
@@ -92,15 +101,6 @@ pub struct Gate {
     /// Proof-of-work challenges.
     proofs: proof::Proofs,
     access_log: bool,
-}
-
-/// Why a runtime change was not made.
-#[derive(Debug, thiserror::Error)]
-pub enum AmendError {
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -274,108 +274,6 @@ impl Gate {
             clock,
             access_log: s.access_log,
         })
-    }
-
-    /// Reads every room's live figures: folds them into its ETA rate and
-    /// publishes them as metrics and dashboard history. Also the gate's
-    /// upkeep: forgets idle limiter entries, releases orphaned decisions.
-    pub async fn refresh_room_figures(&self) {
-        if self.limits.sweep_due() {
-            for room in self.rooms.all() {
-                room.poll_limit.forget_idle();
-            }
-            self.limits.forget_idle();
-        }
-        self.store
-            .upkeep(self.rooms.all(), self.clock.now_ms())
-            .await;
-        self.store.release_orphans().await;
-        for room in self.rooms.all() {
-            let now = self.clock.now_ms();
-            let stats = match self.store.stats(room, now).await {
-                Ok(stats) => stats,
-                Err(e) => {
-                    tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable");
-                    continue;
-                }
-            };
-            let policy = room.policy_at(now);
-            let totals = self.store.totals(room).await.ok();
-            room.rate.observe(&stats, totals.as_ref(), &policy, now);
-            let full = policy.total_active_users > 0 && stats.active >= policy.total_active_users;
-            room.set_queueing(stats.queued > 0 || full);
-            let refresh = room.config.refresh_interval;
-            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
-            self.telemetry.metrics.set_room(
-                &room.config.id,
-                &crate::telemetry::metrics::RoomFigures {
-                    active: stats.active,
-                    queued: stats.queued,
-                    limit: policy.total_active_users,
-                    admitted_last_minute: stats.admitted_last_minute,
-                    eta_seconds,
-                    totals,
-                },
-            );
-            self.telemetry.history.record(
-                &room.config.id,
-                crate::telemetry::history::Sample {
-                    t: now,
-                    active: stats.active,
-                    limit: policy.total_active_users,
-                    queued: stats.queued,
-                    admitted_total: totals.map(|t| t.admitted),
-                    eta_seconds,
-                },
-            );
-        }
-    }
-
-    /// Reads the operators' runtime changes for every room and applies
-    /// them; starts events that are due.
-    pub async fn refresh_overrides(&self) {
-        for room in self.rooms.all() {
-            self.start_due_event(room, self.clock.now_ms()).await;
-            match self.store.overrides(&room.config.id).await {
-                Ok(o) => {
-                    room.apply_overrides(o.as_ref());
-                }
-                Err(e) => {
-                    tracing::debug!(room = %room.config.id, error = %e, "room overrides unavailable")
-                }
-            }
-        }
-    }
-
-    /// `{prefix}ready`, for a load balancer or a kubelet: 503 from the
-    /// start of a drain; otherwise 200 when the store answers, or when it
-    /// does not and `store.fail_mode` decides without it.
-    async fn ready_endpoint(&self) -> Response<Body> {
-        if self
-            .telemetry
-            .draining
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
-        }
-        if self.store_ready().await {
-            return text(StatusCode::OK, "ready");
-        }
-        match self.fail_mode {
-            FailMode::Open | FailMode::Local => text(
-                StatusCode::OK,
-                "ready (the store does not answer; fail_mode decides)",
-            ),
-            FailMode::Closed => text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable"),
-        }
-    }
-
-    /// Whether the store answers within its timeout.
-    pub async fn store_ready(&self) -> bool {
-        match self.rooms.all().first() {
-            Some(room) => self.store.stats(room, self.clock.now_ms()).await.is_ok(),
-            None => true,
-        }
     }
 
     /// Answers one visitor request. Never fails: every error becomes a page.
@@ -554,18 +452,15 @@ impl Gate {
         headers: &HeaderMap,
         now: Millis,
     ) -> Response<Body> {
-        let json = wants_json(headers);
         let Some(room) = room else {
+            let lang = Reply::roomless(headers).lang();
             return match shown {
-                Shown::Refused { host: true } => {
-                    bad_request(Msg::BadHost, Language::Auto.choose(headers))
-                }
-                Shown::Refused { host: false } => {
-                    bad_request(Msg::BadAddress, Language::Auto.choose(headers))
-                }
-                _ => not_found(Language::Auto.choose(headers)),
+                Shown::Refused { host: true } => bad_request(Msg::BadHost, lang),
+                Shown::Refused { host: false } => bad_request(Msg::BadAddress, lang),
+                _ => not_found(lang),
             };
         };
+        let reply = Reply::for_room(room, headers);
         match shown {
             Shown::Queue {
                 seq,
@@ -589,8 +484,7 @@ impl Gate {
                     room,
                     template,
                     &status,
-                    json,
-                    headers,
+                    &reply,
                     self.status_url(room),
                     now,
                     Some(cookie.clone()),
@@ -607,16 +501,14 @@ impl Gate {
                     expires_ms: *expires_ms,
                 };
                 let status = self.challenge_status(room, &challenge, now);
-                pages::challenge(room, &status, &challenge, json, headers)
+                pages::challenge(room, &status, &challenge, &reply)
             }
-            Shown::Rejected { reason } => pages::rejected(room, *reason, json, headers),
-            Shown::SlowDown { ms } => {
-                pages::slow_down(room, Duration::from_millis(*ms), json, headers)
-            }
+            Shown::Rejected { reason } => pages::rejected(room, *reason, &reply),
+            Shown::SlowDown { ms } => pages::slow_down(Duration::from_millis(*ms), &reply),
             Shown::TooManyArrivals { ms } => {
-                pages::too_many_arrivals(room, Duration::from_millis(*ms), json, headers)
+                pages::too_many_arrivals(Duration::from_millis(*ms), &reply)
             }
-            Shown::Unavailable => pages::store_unavailable(room, headers),
+            Shown::Unavailable => pages::store_unavailable(room, &reply),
             Shown::Refused { .. } | Shown::NotFound => self.show(None, shown, headers, now),
         }
     }
@@ -888,7 +780,7 @@ impl Gate {
             // This instance is behind, not the store: nobody is let in
             // unchecked, and the answer costs next to nothing.
             room.metrics.shed.inc();
-            let resp = pages::store_unavailable(room, req.headers());
+            let resp = pages::store_unavailable(room, &Reply::for_room(room, req.headers()));
             return self.marked(resp, Some(room), "shed");
         }
         match self.fail_mode {
@@ -899,7 +791,7 @@ impl Gate {
                 self.marked(resp, Some(room), "fail_open")
             }
             FailMode::Closed => {
-                let resp = pages::store_unavailable(room, req.headers());
+                let resp = pages::store_unavailable(room, &Reply::for_room(room, req.headers()));
                 self.marked(resp, Some(room), "unavailable")
             }
         }
@@ -977,17 +869,9 @@ impl Gate {
             return resp;
         };
         if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
-            room.ended(visitor, ctx.now);
-            let ended = self
-                .store
-                .end_session(room, visitor, session_expires_ms, ctx.now);
-            match ended.await {
-                Ok(_) => {
-                    room.metrics.revoked.inc();
-                }
-                Err(e) => {
-                    tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded")
-                }
+            let ended = self.end_session(room, visitor, session_expires_ms, ctx.now);
+            if let Err(e) = ended.await {
+                tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded")
             }
             push_cookie(resp.headers_mut(), self.tickets.expired_cookie(room));
         } else if let Some(ticket) = ticket {
@@ -1031,223 +915,6 @@ impl Gate {
             }
         })
     }
-
-    /// The origin said the room is sold out: `closed`, stored for every
-    /// instance (the operator reopens it through the admin API).
-    async fn sold_out(&self, room: &Room) {
-        if room.policy().state == crate::store::RoomState::Closed {
-            return;
-        }
-        match self
-            .amend(room, |o, _| {
-                o.state = Some(crate::store::RoomState::Closed);
-                Ok(())
-            })
-            .await
-        {
-            Ok(()) => {
-                tracing::warn!(room = %room.config.id, "the origin closed the room (sold out)")
-            }
-            Err(e) => {
-                tracing::error!(room = %room.config.id, error = %e, "the origin's close was not recorded")
-            }
-        }
-    }
-
-    /// Changes the room's stored runtime settings (read, change, write
-    /// with the next revision) and applies them here at once; the other
-    /// instances read them within a second. `change` gets the overrides
-    /// and the events in force, and may refuse.
-    pub async fn amend(
-        &self,
-        room: &Room,
-        change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,
-    ) -> Result<(), AmendError> {
-        let store = &self.store;
-        let mut o = match store.overrides(&room.config.id).await? {
-            Some(o) if o.config_fingerprint == room.fingerprint => o,
-            _ => RoomOverrides {
-                config_fingerprint: room.fingerprint,
-                ..RoomOverrides::default()
-            },
-        };
-        let events = room.events().iter().map(|e| e.spec.clone()).collect();
-        change(&mut o, events).map_err(AmendError::Refused)?;
-        o.revision += 1;
-        store.set_overrides(&room.config.id, &o).await?;
-        room.apply_overrides(Some(&o));
-        Ok(())
-    }
-
-    /// Asks the store to start the room's event when it is due and this
-    /// instance has not seen it started (the prequeue's shuffle). Until
-    /// then nobody is admitted here.
-    async fn start_due_event(&self, room: &Room, now: Millis) {
-        let in_force = room.in_force(now);
-        let Some(event) = in_force.event_to_start() else {
-            return;
-        };
-        let start = event.spec.start(rand::random());
-        let outcome = self.store.start_event(room, &start, now).await;
-        match &outcome {
-            Ok(shuffled) => tracing::info!(
-                room = %room.config.id,
-                event = %event.spec.name,
-                shuffled,
-                "event started"
-            ),
-            Err(e) => tracing::warn!(
-                room = %room.config.id,
-                event = %event.spec.name,
-                error = %e,
-                "event not started yet; trying again"
-            ),
-        }
-        event.finish_start(outcome.is_ok());
-        room.refresh(now);
-    }
-
-    /// Phase 2 for the daemon's own paths.
-    async fn reserved(&self, req: &Request<Incoming>, rest: &str, ctx: &Ctx<'_>) -> Response<Body> {
-        match (req.method(), rest) {
-            (&Method::GET, "status") => self.status_endpoint(req, ctx).await,
-            (&Method::GET, "health") => text(StatusCode::OK, "ok"),
-            (&Method::GET, "ready") => self.ready_endpoint().await,
-            (_, "page") => self.page_endpoint(req.headers(), ctx.peer_trusted),
-            (&Method::POST, "end") => {
-                let query = ctx.canonical.query();
-                self.end_endpoint(req.headers(), query, ctx.peer_trusted)
-                    .await
-            }
-            _ => not_found(Language::Auto.choose(req.headers())),
-        }
-    }
-
-    /// `GET /__waitroom/status?room=ID`: the visitor's standing, as JSON.
-    /// A queued visitor's call is a poll (and may admit them), through the
-    /// same path as a page load.
-    async fn status_endpoint(&self, req: &Request<Incoming>, ctx: &Ctx<'_>) -> Response<Body> {
-        let room_id = ctx
-            .canonical
-            .query()
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
-        let room = match room_id {
-            Some(id) => self.rooms.by_id(id),
-            None => self.rooms.matching(ctx.canonical.host(), "/"),
-        };
-        let Some(room) = room.cloned() else {
-            return json(
-                StatusCode::NOT_FOUND,
-                &serde_json::json!({"error": "unknown room"}),
-                None,
-            );
-        };
-        let ticket = self.tickets.open(&room, req.headers(), ctx.now, ctx.net);
-        let (status, cookie) = match ticket {
-            Some(Ticket {
-                visitor,
-                grant: Grant::Queued { seq },
-                ..
-            }) => match self.poll(&room, visitor, seq, ctx).await {
-                Ok(Decision::Forward(Admitted { ticket, .. })) => (
-                    self.status(&room, ctx.now, VisitorState::Admitted, None),
-                    ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
-                ),
-                Ok(Decision::Queued { place, ticket }) => (
-                    self.status(&room, ctx.now, VisitorState::Queued, Some(place)),
-                    Some(self.tickets.set_cookie(&room, &ticket, ctx.now)),
-                ),
-                Ok(Decision::Rejected(reason)) => (
-                    self.status(&room, ctx.now, pages::reject_state(reason), None),
-                    None,
-                ),
-                Ok(Decision::SlowDown(wait)) => {
-                    let seconds = limits::retry_after_secs(wait);
-                    let mut status = self.status(&room, ctx.now, VisitorState::Queued, None);
-                    status.refresh_seconds = seconds;
-                    let mut resp = json(StatusCode::TOO_MANY_REQUESTS, &status, None);
-                    retry_after(&mut resp, seconds);
-                    return resp;
-                }
-                // The place is gone; loading the room's page hands out a new one.
-                Ok(Decision::Ended | Decision::TooManyArrivals(_) | Decision::Challenge(_)) => {
-                    (self.status(&room, ctx.now, VisitorState::None, None), None)
-                }
-                // The store is down: tell the page to keep waiting.
-                Err(_) => (
-                    self.status(&room, ctx.now, VisitorState::Queued, None),
-                    None,
-                ),
-            },
-            Some(Ticket {
-                grant: Grant::Admitted { .. },
-                ..
-            }) => (
-                self.status(&room, ctx.now, VisitorState::Admitted, None),
-                None,
-            ),
-            // No ticket while the room wants a proof of work: the challenge,
-            // for apps to solve and hand in with their next request.
-            None if room.asks_proof(ctx.now) => {
-                let challenge = self.challenge(&room, ctx.now);
-                (self.challenge_status(&room, &challenge, ctx.now), None)
-            }
-            // No ticket: loading the room's page will hand one out.
-            None => (self.status(&room, ctx.now, VisitorState::None, None), None),
-        };
-        json(StatusCode::OK, &status, cookie)
-    }
-
-    fn status(
-        &self,
-        room: &Room,
-        now: Millis,
-        state: VisitorState,
-        place: Option<QueuePlace>,
-    ) -> Status {
-        let (mut position, queue_length) = place.map_or((0, 0), |p| (p.position, p.queue_length));
-        let in_force = room.in_force(now);
-        let event = in_force.event.as_ref().map(|e| &e.spec);
-        let mut state = state;
-        let mut starts_in_seconds = None;
-        let mut eta_seconds =
-            room.rate
-                .eta_seconds(position, &in_force.policy, room.config.refresh_interval);
-        if let (true, Some(e), VisitorState::Queued) = (in_force.before_start(), event, state) {
-            state = VisitorState::Prequeue;
-            let starts_in = e.start_ms.saturating_sub(now).div_ceil(1000);
-            starts_in_seconds = Some(starts_in);
-            if e.shuffle_at_start {
-                // Places are drawn at the start: no position to show yet.
-                position = 0;
-                eta_seconds = starts_in;
-            } else {
-                eta_seconds += starts_in;
-            }
-        }
-        Status {
-            room: room.config.id.clone(),
-            state,
-            position,
-            queue_length,
-            eta_seconds,
-            refresh_seconds: room.config.refresh_interval.as_secs().max(1),
-            event: event.map(queue_page::EventInfo::of),
-            starts_in_seconds,
-            challenge: None,
-        }
-    }
-
-    /// The status JSON of a visitor who must first solve `challenge`.
-    fn challenge_status(&self, room: &Room, challenge: &proof::Challenge, now: Millis) -> Status {
-        let mut status = self.status(room, now, VisitorState::Challenge, None);
-        status.challenge = Some(queue_page::ChallengeInfo::of(challenge, now));
-        status
-    }
-
-    fn status_url(&self, room: &Room) -> String {
-        format!("{}status?room={}", self.reserved_prefix, room.config.id)
-    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1261,12 +928,4 @@ fn refusal_text(why: crate::canonical::Refusal) -> Msg {
         MissingHost | DuplicateHost | BadHost | HostMismatch => Msg::BadHost,
         _ => Msg::BadAddress,
     }
-}
-
-fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/json"))
 }

@@ -1,12 +1,14 @@
 //! What the gate answers when it does not forward: the queue page or its
 //! JSON, the sold-out and too-busy pages, 429s, the fail-closed page and
-//! the origin's failures. Each takes what the phases decided; none reads
-//! the store, nor the request beyond `wants_json` and, for an HTML page,
-//! `Accept-Language` (the room's `language`; JSON stays language-neutral).
+//! the origin's failures. Each takes what the phases decided and the
+//! request's [`Reply`]: JSON or HTML, and the page's language, worked out
+//! once per request, the language only when a page needs one. None reads
+//! the store.
 
+use std::cell::OnceCell;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
 use crate::clock::Millis;
@@ -18,6 +20,51 @@ use crate::store::RejectReason;
 
 use super::limits::retry_after_secs;
 use super::rooms::Room;
+
+/// How one request is answered: JSON when an app asks for it and the room
+/// offers it, else a page in the visitor's language, chosen at most once.
+pub struct Reply<'h> {
+    pub json: bool,
+    headers: &'h HeaderMap,
+    setting: Language,
+    lang: OnceCell<Chosen>,
+}
+
+impl<'h> Reply<'h> {
+    /// For a request of `room` (its `json_response` and `language`).
+    pub fn for_room(room: &Room, headers: &'h HeaderMap) -> Self {
+        Self {
+            json: room.config.json_response && wants_json(headers),
+            headers,
+            setting: room.config.language,
+            lang: OnceCell::new(),
+        }
+    }
+
+    /// For a request no room answers: a page in the visitor's language.
+    pub fn roomless(headers: &'h HeaderMap) -> Self {
+        Self {
+            json: false,
+            headers,
+            setting: Language::Auto,
+            lang: OnceCell::new(),
+        }
+    }
+
+    /// The page's language.
+    pub fn lang(&self) -> Chosen {
+        *self.lang.get_or_init(|| self.setting.choose(self.headers))
+    }
+}
+
+/// Whether the request asks for JSON.
+pub fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/json"))
+}
 
 /// What the gate shows a visitor it does not let in, decided once and
 /// rendered by [`super::Gate::show`]: at once, or, in decision mode, by
@@ -74,28 +121,22 @@ impl Shown {
     }
 }
 
-/// The language of a page of this room for a request with these headers.
-fn chosen(room: &Room, headers: &HeaderMap) -> Chosen {
-    room.config.language.choose(headers)
-}
-
 /// The queue page (or, for apps, the status JSON) with the ticket cookie.
 #[allow(clippy::too_many_arguments)]
 pub fn queue(
     room: &Room,
     template: &Template,
     status: &Status,
-    wants_json: bool,
-    headers: &HeaderMap,
+    reply: &Reply<'_>,
     status_url: String,
     now_ms: u64,
     cookie: Option<String>,
 ) -> Response<Body> {
     let code = room.config.queue_status_code;
-    let mut resp = if room.config.json_response && wants_json {
+    let mut resp = if reply.json {
         json(code, status, cookie)
     } else {
-        let chosen = chosen(room, headers);
+        let chosen = reply.lang();
         let view = QueueView::new(status, &room.config.name, status_url, now_ms, chosen.lang);
         let mut resp = html(code, template.render(&view));
         language(&mut resp, chosen);
@@ -114,14 +155,13 @@ pub fn challenge(
     room: &Room,
     status: &Status,
     challenge: &super::proof::Challenge,
-    wants_json: bool,
-    headers: &HeaderMap,
+    reply: &Reply<'_>,
 ) -> Response<Body> {
     let code = room.config.queue_status_code;
-    if room.config.json_response && wants_json {
+    if reply.json {
         return json(code, status, None);
     }
-    let chosen = chosen(room, headers);
+    let chosen = reply.lang();
     let page = crate::queue_page::render_challenge(&room.config.name, challenge, chosen.lang);
     let mut resp = html(code, page);
     crate::respond::language(&mut resp, chosen);
@@ -129,14 +169,9 @@ pub fn challenge(
 }
 
 /// What a visitor the room turns away sees (503).
-pub fn rejected(
-    room: &Room,
-    reason: RejectReason,
-    wants_json: bool,
-    headers: &HeaderMap,
-) -> Response<Body> {
+pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
-    if wants_json && room.config.json_response {
+    if reply.json {
         let status = Status {
             room: room.config.id.clone(),
             state: reject_state(reason),
@@ -155,12 +190,7 @@ pub fn rejected(
         RejectReason::QueueFull => (Msg::QueueFull, refresh * 3),
         RejectReason::OverLimit => (Msg::OverLimit, refresh),
     };
-    message(
-        StatusCode::SERVICE_UNAVAILABLE,
-        msg,
-        chosen(room, headers),
-        retry,
-    )
+    message(StatusCode::SERVICE_UNAVAILABLE, msg, reply.lang(), retry)
 }
 
 /// The status JSON `state` for a rejection.
@@ -172,34 +202,20 @@ pub fn reject_state(reason: RejectReason) -> VisitorState {
 }
 
 /// 429 for a queued visitor (or its address) polling too often; the place is kept.
-pub fn slow_down(
-    room: &Room,
-    wait: Duration,
-    wants_json: bool,
-    headers: &HeaderMap,
-) -> Response<Body> {
+pub fn slow_down(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
     too_many(
-        room,
         wait,
-        wants_json,
-        headers,
+        reply,
         "too many requests; your place is kept",
         Msg::SlowDown,
     )
 }
 
 /// 429 for an address asking for more new tickets than it may.
-pub fn too_many_arrivals(
-    room: &Room,
-    wait: Duration,
-    wants_json: bool,
-    headers: &HeaderMap,
-) -> Response<Body> {
+pub fn too_many_arrivals(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
     too_many(
-        room,
         wait,
-        wants_json,
-        headers,
+        reply,
         "too many new visitors from your network; try again shortly",
         Msg::TooManyArrivals,
     )
@@ -207,16 +223,9 @@ pub fn too_many_arrivals(
 
 /// `short` is the JSON's `error` (machine-facing English, like every JSON
 /// field); the page says `long` in the visitor's language.
-fn too_many(
-    room: &Room,
-    wait: Duration,
-    wants_json: bool,
-    headers: &HeaderMap,
-    short: &str,
-    long: Msg,
-) -> Response<Body> {
+fn too_many(wait: Duration, reply: &Reply<'_>, short: &str, long: Msg) -> Response<Body> {
     let seconds = retry_after_secs(wait);
-    if room.config.json_response && wants_json {
+    if reply.json {
         let mut resp = json(
             StatusCode::TOO_MANY_REQUESTS,
             &serde_json::json!({"error": short, "retry_after": seconds}),
@@ -225,20 +234,15 @@ fn too_many(
         retry_after(&mut resp, seconds);
         return resp;
     }
-    message(
-        StatusCode::TOO_MANY_REQUESTS,
-        long,
-        chosen(room, headers),
-        seconds,
-    )
+    message(StatusCode::TOO_MANY_REQUESTS, long, reply.lang(), seconds)
 }
 
 /// `fail_mode = "closed"` while the store is away.
-pub fn store_unavailable(room: &Room, headers: &HeaderMap) -> Response<Body> {
+pub fn store_unavailable(room: &Room, reply: &Reply<'_>) -> Response<Body> {
     message(
         StatusCode::SERVICE_UNAVAILABLE,
         Msg::StoreUnavailable,
-        chosen(room, headers),
+        reply.lang(),
         room.config.refresh_interval.as_secs(),
     )
 }

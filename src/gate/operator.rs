@@ -1,0 +1,103 @@
+//! What operators (and the origin, on their behalf) change: a room's
+//! runtime settings, sold out, a visitor's session or place ended, a room
+//! emptied. The admin API and the gate call these; each records the change
+//! in the store for every instance and applies it here at once.
+
+use super::{Gate, Room};
+use crate::clock::Millis;
+use crate::store::{EventSpec, RoomOverrides, StoreError, VisitorId};
+
+/// Why a runtime change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum AmendError {
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Gate {
+    /// The origin said the room is sold out: `closed`, stored for every
+    /// instance (the operator reopens it through the admin API).
+    pub(super) async fn sold_out(&self, room: &Room) {
+        if room.policy().state == crate::store::RoomState::Closed {
+            return;
+        }
+        match self
+            .amend(room, |o, _| {
+                o.state = Some(crate::store::RoomState::Closed);
+                Ok(())
+            })
+            .await
+        {
+            Ok(()) => {
+                tracing::warn!(room = %room.config.id, "the origin closed the room (sold out)")
+            }
+            Err(e) => {
+                tracing::error!(room = %room.config.id, error = %e, "the origin's close was not recorded")
+            }
+        }
+    }
+
+    /// Changes the room's stored runtime settings (read, change, write
+    /// with the next revision) and applies them here at once; the other
+    /// instances read them within a second. `change` gets the overrides
+    /// and the events in force, and may refuse.
+    pub async fn amend(
+        &self,
+        room: &Room,
+        change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,
+    ) -> Result<(), AmendError> {
+        let store = &self.store;
+        let mut o = match store.overrides(&room.config.id).await? {
+            Some(o) if o.config_fingerprint == room.fingerprint => o,
+            _ => RoomOverrides {
+                config_fingerprint: room.fingerprint,
+                ..RoomOverrides::default()
+            },
+        };
+        let events = room.events().iter().map(|e| e.spec.clone()).collect();
+        change(&mut o, events).map_err(AmendError::Refused)?;
+        o.revision += 1;
+        store.set_overrides(&room.config.id, &o).await?;
+        room.apply_overrides(Some(&o));
+        Ok(())
+    }
+
+    /// Ends `visitor`'s session (its ticket says until `expires`): here at
+    /// once, for its tunnels and its next request, and in the store for
+    /// every instance. The origin's `revoke` and `{prefix}end` come here.
+    pub async fn end_session(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        expires: Millis,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        room.ended(visitor, now);
+        let ended = self.store.end_session(room, visitor, expires, now).await?;
+        room.metrics.revoked.inc();
+        Ok(ended)
+    }
+
+    /// Ends a visitor's session, or removes its queue place, by its id
+    /// (the admin API; the store looks the visitor up).
+    pub async fn release(&self, room: &Room, visitor: VisitorId) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        room.ended(visitor, now);
+        let released = self.store.release(room, visitor, now).await?;
+        if released {
+            room.metrics.revoked.inc();
+        }
+        Ok(released)
+    }
+
+    /// Empties the room: every session ends (and every tunnel one opened
+    /// here), the queue and the rate history are cleared.
+    pub async fn reset(&self, room: &Room) -> Result<(), StoreError> {
+        self.store.reset(room, self.clock.now_ms()).await?;
+        room.tunnels.end(None);
+        tracing::info!(room = %room.config.id, "room reset by the operator");
+        Ok(())
+    }
+}

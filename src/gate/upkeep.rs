@@ -1,0 +1,118 @@
+//! Room upkeep, off the request path: every room's live figures read and
+//! published (ETA rate, metrics, dashboard history), the operators'
+//! runtime changes applied, events started when due, idle limiter
+//! entries forgotten and orphaned decisions released. The daemon runs
+//! [`Gate::refresh_room_figures`] and [`Gate::refresh_overrides`] on a
+//! timer (`server`); a poll or an arrival starts a due event itself.
+
+use super::{Gate, Room};
+use crate::clock::Millis;
+
+impl Gate {
+    /// Reads every room's live figures: folds them into its ETA rate and
+    /// publishes them as metrics and dashboard history. Also the gate's
+    /// upkeep: forgets idle limiter entries, releases orphaned decisions.
+    pub async fn refresh_room_figures(&self) {
+        if self.limits.sweep_due() {
+            for room in self.rooms.all() {
+                room.poll_limit.forget_idle();
+            }
+            self.limits.forget_idle();
+        }
+        self.store
+            .upkeep(self.rooms.all(), self.clock.now_ms())
+            .await;
+        self.store.release_orphans().await;
+        for room in self.rooms.all() {
+            let now = self.clock.now_ms();
+            let stats = match self.store.stats(room, now).await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    tracing::debug!(room = %room.config.id, error = %e, "room figures unavailable");
+                    continue;
+                }
+            };
+            let policy = room.policy_at(now);
+            let totals = self.store.totals(room).await.ok();
+            room.rate.observe(&stats, totals.as_ref(), &policy, now);
+            let full = policy.total_active_users > 0 && stats.active >= policy.total_active_users;
+            room.set_queueing(stats.queued > 0 || full);
+            let refresh = room.config.refresh_interval;
+            let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
+            self.telemetry.metrics.set_room(
+                &room.config.id,
+                &crate::telemetry::metrics::RoomFigures {
+                    active: stats.active,
+                    queued: stats.queued,
+                    limit: policy.total_active_users,
+                    admitted_last_minute: stats.admitted_last_minute,
+                    eta_seconds,
+                    totals,
+                },
+            );
+            self.telemetry.history.record(
+                &room.config.id,
+                crate::telemetry::history::Sample {
+                    t: now,
+                    active: stats.active,
+                    limit: policy.total_active_users,
+                    queued: stats.queued,
+                    admitted_total: totals.map(|t| t.admitted),
+                    eta_seconds,
+                },
+            );
+        }
+    }
+
+    /// Reads the operators' runtime changes for every room and applies
+    /// them; starts events that are due.
+    pub async fn refresh_overrides(&self) {
+        for room in self.rooms.all() {
+            self.start_due_event(room, self.clock.now_ms()).await;
+            match self.store.overrides(&room.config.id).await {
+                Ok(o) => {
+                    room.apply_overrides(o.as_ref());
+                }
+                Err(e) => {
+                    tracing::debug!(room = %room.config.id, error = %e, "room overrides unavailable")
+                }
+            }
+        }
+    }
+
+    /// Whether the store answers within its timeout.
+    pub async fn store_ready(&self) -> bool {
+        match self.rooms.all().first() {
+            Some(room) => self.store.stats(room, self.clock.now_ms()).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// Asks the store to start the room's event when it is due and this
+    /// instance has not seen it started (the prequeue's shuffle). Until
+    /// then nobody is admitted here.
+    pub(super) async fn start_due_event(&self, room: &Room, now: Millis) {
+        let in_force = room.in_force(now);
+        let Some(event) = in_force.event_to_start() else {
+            return;
+        };
+        let start = event.spec.start(rand::random());
+        let outcome = self.store.start_event(room, &start, now).await;
+        match &outcome {
+            Ok(shuffled) => tracing::info!(
+                room = %room.config.id,
+                event = %event.spec.name,
+                shuffled,
+                "event started"
+            ),
+            Err(e) => tracing::warn!(
+                room = %room.config.id,
+                event = %event.spec.name,
+                error = %e,
+                "event not started yet; trying again"
+            ),
+        }
+        event.finish_start(outcome.is_ok());
+        room.refresh(now);
+    }
+}
