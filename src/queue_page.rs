@@ -134,14 +134,14 @@ pub struct ChallengeInfo {
 }
 
 impl ChallengeInfo {
-    pub fn of(c: &crate::gate::proof::Challenge, now_ms: u64) -> Self {
+    pub fn of(c: &crate::domain::Challenge, now_ms: u64) -> Self {
         Self {
             value: c.text.clone(),
             bits: c.bits,
             algorithm: "sha256-leading-zero-bits",
             expires_in_seconds: c.expires_ms.saturating_sub(now_ms) / 1000,
             header: "X-Waitroom-Proof",
-            cookie: crate::gate::proof::PROOF_COOKIE,
+            cookie: crate::domain::PROOF_COOKIE,
         }
     }
 }
@@ -158,7 +158,7 @@ pub struct EventInfo {
 }
 
 impl EventInfo {
-    pub fn of(e: &crate::store::EventSpec) -> Self {
+    pub fn of(e: &crate::domain::EventSpec) -> Self {
         Self {
             name: e.name.clone(),
             start: rfc3339(e.start_ms),
@@ -521,7 +521,7 @@ static CHALLENGE: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLoc
 /// in `lang`.
 pub fn render_challenge(
     room_name: &str,
-    challenge: &crate::gate::proof::Challenge,
+    challenge: &crate::domain::Challenge,
     lang: crate::i18n::Lang,
 ) -> String {
     let t = lang.strings();
@@ -537,7 +537,7 @@ pub fn render_challenge(
                 failed => t.get("challenge_failed"),
                 challenge => challenge.text,
                 bits => challenge.bits,
-                cookie_name => crate::gate::proof::PROOF_COOKIE,
+                cookie_name => crate::domain::PROOF_COOKIE,
             })
         })
         .unwrap_or_else(|_| {
@@ -549,7 +549,7 @@ pub fn render_challenge(
 mod tests {
     #[test]
     fn the_challenge_page_is_in_every_language() {
-        let challenge = crate::gate::proof::Challenge {
+        let challenge = crate::domain::Challenge {
             text: "w1.shop.1.18.n.m".into(),
             bits: 18,
             expires_ms: 0,

@@ -31,8 +31,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::clock::Millis;
+use crate::domain::VisitorId;
 use crate::secret::{random_32, Secret32};
-use crate::store::VisitorId;
 
 /// What a ticket grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 //! Not supported: client certificates, OCSP stapling, 0-RTT.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -17,7 +18,31 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::TlsConfig;
+/// `[tls]`: the TLS listener and its certificates (SPEC §11).
+#[derive(Clone, Debug)]
+pub struct TlsConfig {
+    /// Where TLS connections are accepted.
+    pub listen: SocketAddr,
+    /// Answer every plain-HTTP request (but the health check) with a 308
+    /// to the same URL on https.
+    pub redirect_http: bool,
+    /// At least one; the first is the default (no SNI, or an SNI name no
+    /// certificate lists).
+    pub certs: Vec<TlsCert>,
+}
+
+/// One `[[tls.cert]]`: a chain and key, read and checked at load.
+#[derive(Clone, Debug)]
+pub struct TlsCert {
+    /// Lower-case host names (or `*.example.com`) whose SNI selects it.
+    pub hosts: Vec<String>,
+    /// The PEM chain file, leaf first.
+    pub cert: PathBuf,
+    /// The PEM private key file.
+    pub key: PathBuf,
+    /// The chain and key as loaded.
+    pub certified: Arc<rustls::sign::CertifiedKey>,
+}
 
 /// ALPN protocol ids, in the server's order of preference.
 pub const ALPN_H2: &[u8] = b"h2";

@@ -27,11 +27,12 @@ use crate::body::{full, Body};
 use crate::canonical::{host as parse_host, is_loopback_host};
 use crate::config::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
 use crate::config::Secret;
+use crate::domain::{EventSpec, QueueingMethod, RoomState, Settings, VisitorId};
 use crate::gate::schedule::{self, Phase};
 use crate::gate::{AmendError, Room, SharedGate};
 use crate::queue_page::rfc3339;
 use crate::respond::{html, json, text};
-use crate::store::{EventSpec, QueueingMethod, RoomState, Settings, StoreError, VisitorId};
+use crate::store::StoreError;
 use crate::telemetry::exposition::Format;
 
 pub use crate::telemetry::Telemetry;

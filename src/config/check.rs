@@ -11,16 +11,16 @@ use ipnet::IpNet;
 use toml::de::DeTable;
 
 use super::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
+use super::error::{LoadOptions, Problem};
 use super::keypath::{location, span_of, KeyPath};
-use super::load::{LoadOptions, Problem};
 use super::raw::*;
 use super::{
     Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RegionConfig, RoomConfig,
     Secret, SentinelConfig, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
+use crate::domain::{EventSpec, Settings};
+use crate::domain::{QueueingMethod, RoomState};
 use crate::i18n::{Lang, Language};
-use crate::store::{EventSpec, Settings};
-use crate::store::{QueueingMethod, RoomState};
 
 /// Defaults for every optional key; `config/example.toml` shows the same values.
 mod defaults {

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 
-use super::load::{ConfigError, Location, Problem};
+use super::error::{ConfigError, Location, Problem};
 
 #[derive(Clone, Debug)]
 pub(super) enum Seg {

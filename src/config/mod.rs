@@ -7,6 +7,7 @@
 
 pub mod bounds;
 mod check;
+mod error;
 mod keypath;
 mod load;
 mod raw;
@@ -18,14 +19,15 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::store::{QueueingMethod, RoomPolicy, RoomState};
+use crate::domain::{QueueingMethod, RoomPolicy, RoomState};
 
 pub use crate::i18n::{Lang, Language};
 pub use crate::secret::{Secret, Secret32};
+pub use crate::tls::{TlsCert, TlsConfig};
 pub(crate) use check::check_id;
+pub use error::{ConfigError, LoadOptions, Location, Problem};
 pub use load::{
     from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
-    ConfigError, LoadOptions, Location, Problem,
 };
 
 /// The whole validated configuration.
@@ -54,32 +56,6 @@ pub struct RegionConfig {
     pub global_url: String,
     /// How often the region reports to the global store and receives its grant.
     pub sync_interval: Duration,
-}
-
-/// `[tls]`: the TLS listener and its certificates (SPEC §11).
-#[derive(Clone, Debug)]
-pub struct TlsConfig {
-    /// Where TLS connections are accepted.
-    pub listen: SocketAddr,
-    /// Answer every plain-HTTP request (but the health check) with a 308
-    /// to the same URL on https.
-    pub redirect_http: bool,
-    /// At least one; the first is the default (no SNI, or an SNI name no
-    /// certificate lists).
-    pub certs: Vec<TlsCert>,
-}
-
-/// One `[[tls.cert]]`: a chain and key, read and checked at load.
-#[derive(Clone, Debug)]
-pub struct TlsCert {
-    /// Lower-case host names (or `*.example.com`) whose SNI selects it.
-    pub hosts: Vec<String>,
-    /// The PEM chain file, leaf first.
-    pub cert: PathBuf,
-    /// The PEM private key file.
-    pub key: PathBuf,
-    /// The chain and key as loaded.
-    pub certified: Arc<rustls::sign::CertifiedKey>,
 }
 
 #[derive(Clone, Debug)]
@@ -334,6 +310,6 @@ impl RoomConfig {
 /// its prequeue to its end (`None`: the room's).
 #[derive(Clone, Debug)]
 pub struct EventConfig {
-    pub spec: crate::store::EventSpec,
+    pub spec: crate::domain::EventSpec,
     pub template: Option<PathBuf>,
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde::de::{self, Deserializer, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 
-use crate::store::{QueueingMethod, RoomState};
+use crate::domain::{QueueingMethod, RoomState};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

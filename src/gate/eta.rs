@@ -40,7 +40,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::Millis;
-use crate::store::{QueueingMethod, RoomPolicy, RoomState, RoomStats, RoomTotals, RATE_WINDOW_MS};
+use crate::domain::{QueueingMethod, RoomPolicy, RoomState};
+use crate::store::{RoomStats, RoomTotals, RATE_WINDOW_MS};
 
 /// How far back readings are kept (and the longest span the rate is read over).
 const HORIZON_MS: Millis = 5 * 60 * 1000;

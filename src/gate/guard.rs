@@ -24,11 +24,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode};
+use crate::domain::{RoomOverrides, RoomPolicy, VisitorId};
 use crate::store::memory::MemoryStore;
-use crate::store::{
-    EventStart, RoomOverrides, RoomPolicy, RoomStats, RoomTotals, SharedStore, Store, StoreError,
-    Verdict, VisitorId,
-};
+use crate::store::{EventStart, RoomStats, RoomTotals, SharedStore, Store, StoreError, Verdict};
 use crate::telemetry::Telemetry;
 
 use super::lag::RuntimeLag;
@@ -596,7 +594,8 @@ impl StoreGuard {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::store::{RoomOverrides, RoomStats, RoomTotals, Store, StoreError, Verdict};
+    use crate::domain::RoomOverrides;
+    use crate::store::{RoomStats, RoomTotals, Store, StoreError, Verdict};
     use async_trait::async_trait;
 
     /// A store that carries out each decision and then answers too late, as

@@ -23,7 +23,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::clock::SharedClock;
-use crate::store::VisitorId;
+use crate::domain::VisitorId;
 
 /// The gate's clock as governor sees it: time since the Unix epoch.
 #[derive(Clone)]

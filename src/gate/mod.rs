@@ -55,11 +55,12 @@ use crate::body::Body;
 use crate::canonical::Canonical;
 use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode, Unmatched};
+use crate::domain::VisitorId;
 use crate::i18n::Language;
 use crate::proxy::{self, headers, Outbound, Proxy};
 use crate::queue_page::{self, Msg, Template, VisitorState};
 use crate::respond::{bad_request, method_not_allowed, not_found, push_cookie};
-use crate::store::{QueuePlace, SharedStore, StoreError, Verdict, VisitorId};
+use crate::store::{QueuePlace, SharedStore, StoreError, Verdict};
 use crate::telemetry::Telemetry;
 use crate::ticket::{Grant, KeyRing, Ticket};
 
@@ -198,7 +199,7 @@ enum Decision {
         place: QueuePlace,
         ticket: Ticket,
     },
-    Rejected(crate::store::RejectReason),
+    Rejected(crate::domain::RejectReason),
     /// A queued visitor (or its address) polls too often: 429, place kept.
     SlowDown(Duration),
     /// The address asks for new tickets too fast: 429.

@@ -5,7 +5,8 @@
 
 use super::{Gate, Room};
 use crate::clock::Millis;
-use crate::store::{EventSpec, RoomOverrides, StoreError, VisitorId};
+use crate::domain::{EventSpec, RoomOverrides, VisitorId};
+use crate::store::StoreError;
 
 /// Why a runtime change was not made.
 #[derive(Debug, thiserror::Error)]
@@ -20,12 +21,12 @@ impl Gate {
     /// The origin said the room is sold out: `closed`, stored for every
     /// instance (the operator reopens it through the admin API).
     pub(super) async fn sold_out(&self, room: &Room) {
-        if room.policy().state == crate::store::RoomState::Closed {
+        if room.policy().state == crate::domain::RoomState::Closed {
             return;
         }
         match self
             .amend(room, |o, _| {
-                o.state = Some(crate::store::RoomState::Closed);
+                o.state = Some(crate::domain::RoomState::Closed);
                 Ok(())
             })
             .await

@@ -12,11 +12,11 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
 use crate::clock::Millis;
+use crate::domain::RejectReason;
 use crate::i18n::{Chosen, Language};
 use crate::proxy::OriginError;
 use crate::queue_page::{Msg, QueueView, Status, Template, VisitorState};
 use crate::respond::{html, json, language, message, push_cookie, retry_after};
-use crate::store::RejectReason;
 
 use super::limits::retry_after_secs;
 use super::rooms::Room;

@@ -29,10 +29,6 @@ use crate::proxy::headers;
 pub const CHALLENGE_TTL_MS: Millis = 120_000;
 /// A challenge issued this far in the future (another instance's clock) is still taken.
 const CLOCK_SKEW_MS: Millis = 5_000;
-/// The cookie the page's script returns a solution in. `.` cannot be in a
-/// room id, so no room's ticket cookie has this name; the `waitroom_`
-/// prefix keeps it from the origin like every cookie of ours.
-pub const PROOF_COOKIE: &str = "waitroom_.proof";
 /// The header apps return a solution in.
 pub const X_WAITROOM_PROOF: HeaderName = HeaderName::from_static("x-waitroom-proof");
 /// Longer solutions are refused unread.
@@ -40,16 +36,7 @@ const MAX_SOLUTION_LEN: usize = 256;
 const VERSION: &str = "w1";
 const MAC_LEN: usize = 16;
 
-/// A challenge as handed to a visitor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Challenge {
-    /// The text to hash, `.` and a counter appended.
-    pub text: String,
-    /// Leading zero bits the hash must have.
-    pub bits: u8,
-    /// Until when a solution is taken.
-    pub expires_ms: Millis,
-}
+pub use crate::domain::{Challenge, PROOF_COOKIE};
 
 /// A solution that holds: its nonce must now be claimed once in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,10 +11,10 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical::covers;
 use crate::config::RoomConfig;
+use crate::domain::{RoomOverrides, RoomPolicy, VisitorId};
 use crate::proxy::headers::COOKIE_PREFIX;
 use crate::queue_page::Template;
 use crate::store::memory::VisitorMap;
-use crate::store::{RoomOverrides, RoomPolicy, VisitorId};
 use crate::telemetry::metrics::RoomMetrics;
 
 use super::eta::RateTracker;
@@ -268,7 +268,7 @@ impl Room {
     /// Whether a new visitor would be queued now: the room holds everyone
     /// (paused, queue-all, an event's prequeue) or it is full or has a queue.
     pub fn is_queueing(&self, now: Millis) -> bool {
-        use crate::store::{QueueingMethod, RoomState};
+        use crate::domain::{QueueingMethod, RoomState};
         let in_force = self.in_force(now);
         let policy = &in_force.policy;
         match (policy.method, policy.state) {
@@ -291,7 +291,7 @@ impl Room {
     /// force, so the longest check-in interval is waited out.
     pub fn ended(&self, visitor: VisitorId, now: Millis) {
         self.ended_here
-            .add(visitor, now, now + crate::store::MAX_CHECK_IN_MS);
+            .add(visitor, now, now + crate::domain::MAX_CHECK_IN_MS);
         self.tunnels.end(Some(visitor));
     }
 
@@ -525,7 +525,7 @@ mod tests {
 
     fn limit(room: &Room, users: u64, revision: u64) -> RoomOverrides {
         RoomOverrides {
-            settings: crate::store::Settings {
+            settings: crate::domain::Settings {
                 total_active_users: Some(users),
                 ..Default::default()
             },

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::clock::Millis;
+use crate::domain::{EventSpec, RoomPolicy, RoomState};
 use crate::queue_page::Template;
-use crate::store::{EventSpec, RoomPolicy, RoomState};
 
 /// One event as this instance runs it.
 pub struct Event {
@@ -171,7 +171,7 @@ pub fn check_event(event: &EventSpec, others: &[EventSpec]) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Settings;
+    use crate::domain::Settings;
 
     fn event(shuffle: bool) -> Arc<Event> {
         Arc::new(Event::new(

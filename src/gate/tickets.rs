@@ -18,8 +18,9 @@ use http::HeaderMap;
 
 use crate::clock::Millis;
 use crate::config::CookieConfig;
+use crate::domain::VisitorId;
 use crate::proxy::headers;
-use crate::store::{QueuePlace, VisitorId};
+use crate::store::QueuePlace;
 use crate::ticket::{Grant, KeyRing, Ticket};
 
 use super::rooms::Room;

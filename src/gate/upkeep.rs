@@ -96,7 +96,7 @@ impl Gate {
         let Some(event) = in_force.event_to_start() else {
             return;
         };
-        let start = event.spec.start(rand::random());
+        let start = crate::store::EventStart::of(&event.spec, rand::random());
         let outcome = self.store.start_event(room, &start, now).await;
         match &outcome {
             Ok(shuffled) => tracing::info!(

@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use crate::body::{boxed, Body};
 use crate::canonical::Canonical;
 use crate::config::OriginConfig;
-use crate::store::VisitorId;
+use crate::domain::VisitorId;
 use pool::{Pool, Target};
 
 /// Why the origin did not give us a response. Errors carry which side

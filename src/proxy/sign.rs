@@ -18,7 +18,7 @@ use http::{HeaderName, HeaderValue};
 use sha2::Sha256;
 
 use crate::config::Secret;
-use crate::store::VisitorId;
+use crate::domain::VisitorId;
 
 /// The signature header.
 pub const X_WAITROOM_SIGNATURE: HeaderName = HeaderName::from_static("x-waitroom-signature");

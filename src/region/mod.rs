@@ -47,10 +47,11 @@ use tokio::sync::watch;
 
 use crate::clock::Millis;
 use crate::config::RegionConfig;
+use crate::domain::RoomPolicy;
 use crate::gate::SharedGate;
 use crate::store::redis::region::{Anywhere, Bound, RateGrant};
 use crate::store::redis::{bounded, map_error, RedisStore};
-use crate::store::{RoomPolicy, StoreError, SEQ_PER_MS};
+use crate::store::{StoreError, SEQ_PER_MS};
 use crate::telemetry::Telemetry;
 
 /// Share of the free slots (permille) left in the Anywhere pool at each

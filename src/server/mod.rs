@@ -99,6 +99,9 @@ impl Daemon {
                 "no admin token: the admin API answers only loopback host names and same-origin requests; set server.admin_token_env to require a token"
             );
         }
+        // The TLS listener and the Redis client's `rediss://` build their
+        // rustls configurations on the process-wide provider.
+        crate::tls::install_default_provider();
         let clock = deps.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let telemetry = Arc::new(Telemetry::default());
         let mut region = None;

@@ -34,8 +34,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::Millis;
 use crate::config::RoomConfig;
+use crate::domain::VisitorId;
 use crate::gate::eta::RateTracker;
-use crate::store::{Store, StoreError, Verdict, VisitorId};
+use crate::store::{Store, StoreError, Verdict};
 
 /// The virtual clock starts here (any time after the store's `seq` epoch).
 const START_MS: Millis = 1_800_000_000_000;
@@ -263,7 +264,7 @@ struct Run<'a> {
     store: &'a dyn Store,
     room: &'a RoomConfig,
     crowd: &'a Crowd,
-    policy: crate::store::RoomPolicy,
+    policy: crate::domain::RoomPolicy,
     tracker: RateTracker,
     rng: StdRng,
     events: BinaryHeap<Reverse<(Millis, u64, Event)>>,

@@ -20,8 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
-    EventSpec, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
-    RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
+    EventSpec, EventStart, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
+    RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -1346,7 +1346,7 @@ pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
     let last = r.queue_up(1, start - 30 * SECOND).await[0];
     let moved = h
         .store
-        .start_event(&p, &event.start(1), start)
+        .start_event(&p, &EventStart::of(&event, 1), start)
         .await
         .unwrap();
     assert_eq!(moved, 1, "the first left at the start");
@@ -1400,8 +1400,8 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
     // At the start: two instances ask at once.
     let mut running = p.clone();
     running.state = RoomState::Paused; // still, until the start is confirmed
-    let a = event.start(1);
-    let b = event.start(2);
+    let a = EventStart::of(&event, 1);
+    let b = EventStart::of(&event, 2);
     let (ra, rb) = tokio::join!(
         h.store.start_event(&running, &a, start),
         h.store.start_event(&running, &b, start)

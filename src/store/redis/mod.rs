@@ -297,13 +297,6 @@ impl RedisStore {
             replica_ack_timeout,
         } = options;
         // The client builds its rustls config with the process default provider.
-        let tls = match target {
-            Target::Urls(urls) => urls.iter().any(|u| u.starts_with("rediss://")),
-            Target::Sentinel(s) => s.tls,
-        };
-        if tls {
-            crate::tls::install_default_provider();
-        }
         let certs = |ca: &Option<Vec<u8>>| redis::TlsCertificates {
             client_tls: None,
             root_cert: ca.clone(),

@@ -1,0 +1,279 @@
+//! The words the whole daemon speaks about rooms and visitors: a visitor's
+//! id, a room's policy, queueing method and state, an event, the
+//! operators' runtime changes and why a visitor is turned away. Config,
+//! tickets, pages, the proxy and the store share them; this module depends
+//! on nothing of the crate but the clock.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+
+/// A visitor's random, opaque identity (128 bits).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VisitorId(pub [u8; 16]);
+
+impl VisitorId {
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// Lower-case hex, 32 characters (what the origin sees and Redis stores).
+    pub fn to_hex(&self) -> String {
+        String::from_utf8_lossy(&self.hex()).into_owned()
+    }
+
+    /// The hex digits without an allocation (this runs on every proxied request).
+    pub fn hex(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 0xF)];
+        }
+        out
+    }
+
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Self(out))
+    }
+}
+
+impl fmt::Display for VisitorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for VisitorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VisitorId({})", self.to_hex())
+    }
+}
+
+/// How a room lets waiting visitors in (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueingMethod {
+    /// Waiting visitors are admitted in arrival order.
+    Fifo,
+    /// When room frees up, a random waiting visitor is admitted (a lottery).
+    Random,
+    /// No queue: everyone is admitted, the limits are only counted.
+    Passthrough,
+    /// No queue: over the limits, new visitors are rejected.
+    Reject,
+}
+
+/// A room's runtime state (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoomState {
+    /// Normal operation.
+    Open,
+    /// Every new visitor joins the queue, even when there is room; the queue
+    /// is admitted as capacity allows.
+    QueueAll,
+    /// Nobody is admitted; new visitors queue and the queue keeps its order.
+    Paused,
+    /// Sold out: no new tickets, queued visitors are told the room is closed.
+    /// Active sessions continue.
+    Closed,
+}
+
+/// Everything a store needs to know about a room to decide for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoomPolicy {
+    /// The room id; also the Redis hash tag.
+    pub room: Arc<str>,
+    /// Most concurrently active sessions; 0 = unlimited.
+    pub total_active_users: u64,
+    /// Most admissions in any 60 s window; 0 = unlimited.
+    pub new_users_per_minute: u64,
+    /// How long a session lives after admission / after its last check-in.
+    pub session_duration_ms: Millis,
+    /// Whether a check-in extends the session (sliding) or not (fixed).
+    pub session_renewal: bool,
+    pub method: QueueingMethod,
+    /// Most visitors waiting; beyond it new visitors are rejected. 0 = unbounded.
+    pub max_queue_length: u64,
+    /// A queued visitor who has not polled for this long is dropped.
+    pub abandon_after_ms: Millis,
+    /// Extra session time given to a visitor promoted from the queue, so the
+    /// session does not run out before the visitor's next poll collects it.
+    pub arrival_grace_ms: Millis,
+    pub state: RoomState,
+    /// The revision of the operators' runtime changes this policy reflects
+    /// (0: none). A store that holds a newer one refuses to decide on this
+    /// policy (`StoreError::Stale` in `store`): the caller reads the new changes
+    /// and asks again.
+    pub revision: u64,
+}
+
+/// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
+pub const MIN_CHECK_IN_MS: Millis = 1_000;
+
+pub const MAX_CHECK_IN_MS: Millis = 60_000;
+
+impl RoomPolicy {
+    /// How often an admitted visitor's session is renewed in the store
+    /// under this policy: a quarter of the session, at most 60 s, at least
+    /// 1 s. It follows the session duration in force (the file's, an
+    /// event's or an operator's), so a ticket always checks in before the
+    /// session it carries runs out.
+    pub fn check_in_interval_ms(&self) -> Millis {
+        (self.session_duration_ms / 4).clamp(MIN_CHECK_IN_MS, MAX_CHECK_IN_MS)
+    }
+}
+
+/// Why a visitor was turned away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// The room is `closed`.
+    Closed,
+    /// `max_queue_length` visitors are already waiting.
+    QueueFull,
+    /// `reject` method and over the limits.
+    OverLimit,
+}
+
+/// Runtime changes an operator made to a room through the admin API. Kept in
+/// the store so every instance applies them and they survive restarts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomOverrides {
+    /// Limits, session and method (stored flat: `lua/frontier.lua` reads
+    /// `new_users_per_minute` and `queueing_method` at the top level).
+    #[serde(flatten)]
+    pub settings: Settings,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<RoomState>,
+    /// Fingerprint of the room's configuration when the changes were made:
+    /// once the config file changes the room, the file wins again.
+    pub config_fingerprint: u64,
+    /// Counts the changes (1 for the first): an instance never replaces the
+    /// overrides it applied with an older revision it read before them.
+    #[serde(default)]
+    pub revision: u64,
+    /// The room's events as the operator changed them through the admin
+    /// API (they replace the config file's list); `None`: the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventSpec>>,
+}
+
+/// A scheduled period with its own settings (SPEC §6 "Events"), as the
+/// config file gives it or the admin API stores it. Times in ms since the
+/// Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSpec {
+    pub name: String,
+    /// From here to `start` every visitor gets a queue ticket and waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prequeue_start_ms: Option<Millis>,
+    pub start_ms: Millis,
+    pub end_ms: Millis,
+    /// At `start`, put the prequeue in a random order.
+    #[serde(default)]
+    pub shuffle_at_start: bool,
+    /// What the event changes from its start to its end.
+    #[serde(flatten)]
+    pub settings: Settings,
+}
+
+/// Room settings an event or an operator changes (`None`: unchanged).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_active_users: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_users_per_minute: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_duration_ms: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_renewal: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queueing_method: Option<QueueingMethod>,
+}
+
+impl Settings {
+    /// Takes what `change` sets; keeps the rest.
+    pub fn update(&mut self, change: &Settings) {
+        self.total_active_users = change.total_active_users.or(self.total_active_users);
+        self.new_users_per_minute = change.new_users_per_minute.or(self.new_users_per_minute);
+        self.session_duration_ms = change.session_duration_ms.or(self.session_duration_ms);
+        self.session_renewal = change.session_renewal.or(self.session_renewal);
+        self.queueing_method = change.queueing_method.or(self.queueing_method);
+    }
+
+    /// `policy` with these changes.
+    pub fn apply(&self, policy: &mut RoomPolicy) {
+        if let Some(v) = self.total_active_users {
+            policy.total_active_users = v;
+        }
+        if let Some(v) = self.new_users_per_minute {
+            policy.new_users_per_minute = v;
+        }
+        if let Some(v) = self.session_duration_ms {
+            policy.session_duration_ms = v;
+        }
+        if let Some(v) = self.session_renewal {
+            policy.session_renewal = v;
+        }
+        if let Some(v) = self.queueing_method {
+            policy.method = v;
+        }
+    }
+}
+
+impl EventSpec {
+    /// When the event begins to matter: its prequeue, or its start.
+    pub fn opens_ms(&self) -> Millis {
+        self.prequeue_start_ms
+            .unwrap_or(self.start_ms)
+            .min(self.start_ms)
+    }
+
+    /// Whether two events' periods (prequeue included) overlap.
+    pub fn overlaps(&self, other: &EventSpec) -> bool {
+        self.opens_ms() < other.end_ms && other.opens_ms() < self.end_ms
+    }
+}
+
+impl RoomOverrides {
+    /// `base` with these changes applied.
+    pub fn apply(&self, base: &RoomPolicy) -> RoomPolicy {
+        let mut p = base.clone();
+        self.settings.apply(&mut p);
+        p.revision = self.revision;
+        if let Some(v) = self.state {
+            p.state = v;
+        }
+        p
+    }
+}
+
+/// A proof-of-work challenge as handed to a visitor (`gate::proof`
+/// issues and checks them; the page and the status JSON show them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    /// The text to hash, `.` and a counter appended.
+    pub text: String,
+    /// Leading zero bits the hash must have.
+    pub bits: u8,
+    /// Until when a solution is taken.
+    pub expires_ms: Millis,
+}
+
+/// The cookie the page's script returns a solution in. `.` cannot be in a
+/// room id, so no room's ticket cookie has this name; the `waitroom_`
+/// prefix keeps it from the origin like every cookie of ours.
+pub const PROOF_COOKIE: &str = "waitroom_.proof";
