@@ -13,7 +13,7 @@
 //!   thread per core with its own listener, connections and origin pool;
 //!   `conn`: connection caps and the first-byte timeout.
 //! * [`region`]: region mode: the global store's client, the per-region
-//!   sync of grants and the Anywhere pool (SPEC §8 "Regions").
+//!   sync of grants and the Anywhere pool (docs/regions.md).
 //!   thread per core with its own listeners (plain and TLS), connections and
 //!   origin pool; `conn`: connection caps and the first-byte timeout;
 //!   `redirect`: plain HTTP sent to https.

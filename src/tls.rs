@@ -1,4 +1,4 @@
-//! TLS termination (SPEC §11): certificates read from PEM files and
+//! TLS termination (docs/operating.md, "TLS"): certificates read from PEM files and
 //! checked (a chain, a key, the key matching the chain's leaf), chosen per
 //! handshake by SNI, swapped in on reload for new handshakes only; and the
 //! rustls server configuration the TLS listener accepts with (ALPN `h2`

@@ -296,7 +296,7 @@ async fn screenshots() {
     }
 }
 
-/// SPEC §6 "Events": a visitor who comes during the prequeue sees the
+/// Timed drops (docs/how-it-works.md): a visitor who comes during the prequeue sees the
 /// countdown; at the start the page turns into the queue by itself, and
 /// then into the site, landing on the URL first asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

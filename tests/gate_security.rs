@@ -1,4 +1,5 @@
-//! Nobody walks around the gate (SPEC §4 "Canonical matching"): every
+//! Nobody walks around the gate (docs/how-it-works.md, "Canonical
+//! matching"): every
 //! spelling of a protected URL, Host or client address that a bot might try
 //! is sent as raw bytes to a full room, in front of an origin that
 //! normalizes paths the way nginx does. Each one is queued or refused with

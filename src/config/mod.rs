@@ -36,8 +36,8 @@ pub struct Config {
     pub cookie: CookieConfig,
     pub origin: OriginConfig,
     pub rooms: Vec<RoomConfig>,
-    /// `[region]`: regional counters and a global store (SPEC §8
-    /// "Regions"); `None`: every decision on the one store (central mode).
+    /// `[region]`: regional counters and a global store (docs/regions.md);
+    /// `None`: every decision on the one store (central mode).
     pub region: Option<RegionConfig>,
     /// The TLS listener (`[tls]`), if any.
     pub tls: Option<TlsConfig>,
@@ -56,7 +56,7 @@ pub struct RegionConfig {
     pub sync_interval: Duration,
 }
 
-/// `[tls]`: the TLS listener and its certificates (SPEC §11).
+/// `[tls]`: the TLS listener and its certificates (docs/operating.md, "TLS").
 #[derive(Clone, Debug)]
 pub struct TlsConfig {
     /// Where TLS connections are accepted.
@@ -219,7 +219,8 @@ impl Backend {
     }
 }
 
-/// What the daemon does while the store is unreachable (SPEC §8).
+/// What the daemon does while the store is unreachable (docs/configuration.md,
+/// `store.fail_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailMode {
     /// Forward everyone.

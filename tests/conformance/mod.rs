@@ -1357,7 +1357,7 @@ pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
     assert!(!r.release(last.0, start + 2 * MINUTE + 1).await);
 }
 
-/// SPEC §6 "Events": 1,000 visitors queue during a prequeue (the room is
+/// Timed drops (docs/how-it-works.md): 1,000 visitors queue during a prequeue (the room is
 /// paused, nobody admitted); at the start one atomic step puts them in a
 /// random order, once however many callers ask at the same moment; they
 /// stay behind whoever queued before the prequeue and ahead of everyone
