@@ -1,6 +1,7 @@
-//! The documentation's links hold: every relative link and image in
+//! The documentation holds together: every relative link and image in
 //! README.md and docs/*.md names a file that exists, and every `#anchor`
-//! a heading of the page it points to.
+//! a heading of the page it points to; nothing cites the old outside
+//! specification; the README stays short.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -123,4 +124,48 @@ fn the_readme_is_a_first_screen_not_a_manual() {
     for must in ["cargo run --release -- demo", "scripts/test"] {
         assert!(readme.contains(must), "README.md lost `{must}`");
     }
+}
+
+/// `git` run in the repository, or `None` when git or the repository is
+/// not there (a crate unpacked from a registry, a sandbox without git).
+fn git(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn nothing_cites_the_old_outside_spec() {
+    let Some(files) = git(&["ls-files", "-z"]) else {
+        eprintln!("skipped: no git repository");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Spelled in two parts so that this file does not match itself.
+    let needles = [["SPEC", " §"].concat(), ["SPEC", ".md"].concat()];
+    let mut found = Vec::new();
+    let mut read = 0;
+    for file in files.split('\0').filter(|f| !f.is_empty()) {
+        // Text files only: whatever is not UTF-8 (images) is skipped.
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+            continue;
+        };
+        read += 1;
+        for (n, line) in text.lines().enumerate() {
+            if needles.iter().any(|needle| line.contains(needle.as_str())) {
+                found.push(format!("{file}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(read > 50, "only {read} tracked text files read");
+    assert!(
+        found.is_empty(),
+        "cite the repository's own pages (docs/…) instead:\n{}",
+        found.join("\n")
+    );
 }
