@@ -1,19 +1,29 @@
 //! The documentation holds together: every relative link and image in
-//! README.md and docs/*.md names a file that exists, and every `#anchor`
-//! a heading of the page it points to; nothing cites the old outside
-//! specification; the README stays short.
+//! README.md, CONTRIBUTING.md and the pages under docs/ names a file that
+//! exists, and every `#anchor` a heading of the page it points to; nothing
+//! cites the old outside specification; the README stays short.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-/// The pages checked: the README and every page under docs/.
+/// The pages checked: the README, CONTRIBUTING.md and every page under
+/// docs/, its subfolders included.
 fn pages() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages = vec![root.join("README.md")];
-    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "md") {
-            pages.push(path);
+    let mut pages: Vec<PathBuf> = ["README.md", "CONTRIBUTING.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .filter(|p| p.exists())
+        .collect();
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
         }
     }
     pages
