@@ -1,6 +1,6 @@
 //! The serde image of the TOML file (docs/configuration.md): one struct per
-//! section, `deny_unknown_fields` everywhere, and the value types that keep what was
-//! written (durations, times, Redis URLs) so messages can quote it.
+//! section, `deny_unknown_fields` everywhere, and the value types that keep
+//! what was written (durations, times, Redis URLs) so messages can quote it.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
