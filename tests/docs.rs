@@ -1,7 +1,8 @@
 //! The documentation holds together: every relative link and image in
 //! README.md, CONTRIBUTING.md and the pages under docs/ names a file that
 //! exists, and every `#anchor` a heading of the page it points to; nothing
-//! cites the old outside specification; the README stays short.
+//! cites the old outside specification; the README stays short; commit
+//! subjects stay short.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -177,5 +178,31 @@ fn nothing_cites_the_old_outside_spec() {
         found.is_empty(),
         "cite the repository's own pages (docs/…) instead:\n{}",
         found.join("\n")
+    );
+}
+
+/// Commit subjects stay short (CONTRIBUTING.md, "Commits"): checked for
+/// the commits after the one that wrote the rule down.
+#[test]
+fn commit_subjects_are_short() {
+    const SINCE: &str = "30ef29e";
+    if git(&["cat-file", "-e", &format!("{SINCE}^{{commit}}")]).is_none() {
+        eprintln!("skipped: no git, or {SINCE} is not in this clone (shallow?)");
+        return;
+    }
+    let Some(subjects) = git(&["log", "--format=%h %s", &format!("{SINCE}..HEAD")]) else {
+        eprintln!("skipped: git log failed");
+        return;
+    };
+    let long: Vec<String> = subjects
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, s)| s.chars().count() > 80)
+        .map(|(h, s)| format!("{h} ({} characters): {s}", s.chars().count()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "commit subjects over 80 characters (put the detail in the body):\n{}",
+        long.join("\n")
     );
 }
