@@ -1,5 +1,5 @@
-//! Central mode against region mode on the same traffic (issue 14, SPEC §8
-//! "Regions"), through the real Redis path on loopback.
+//! Central mode against region mode on the same traffic (docs/regions.md,
+//! "Measured"), through the real Redis path on loopback.
 //!
 //! Three regions. Central mode: every region's instance reaches one shared
 //! Redis through a proxy adding 40 ms each way. Region mode: each region

@@ -5,7 +5,7 @@
 //! redis-server process, from /proc, divided by the operations), next to
 //! two baselines measured in the same run: PING, and an OpenResty-style
 //! atomic check-and-admit (one small EVALSHA doing GET / INCR / SADD per
-//! visitor, the recipe SPEC §9 compares against).
+//! visitor, the recipe of docs/benchmarks.md, "Targets").
 //!
 //! `cargo bench --bench store_redis`; `WR_BENCH_N` (default 100000) sets the
 //! number of visitors, `WR_BENCH_SECS` (default 5) each timed run,

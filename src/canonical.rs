@@ -1,7 +1,7 @@
 //! The canonical request: one spelling of the path, the host and the client
 //! address, computed once before any room, bypass rule or reserved path is
-//! consulted, and forwarded to the origin exactly as matched (SPEC §4
-//! "Canonical matching").
+//! consulted, and forwarded to the origin exactly as matched
+//! (docs/how-it-works.md, "Canonical matching").
 //!
 //! A bot that tries `//shop`, `/%73hop`, `/x/../shop` or `Host: SHOP.example.`
 //! meets the same room as a browser asking for `/shop` on `shop.example`,

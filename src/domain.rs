@@ -60,7 +60,8 @@ impl fmt::Debug for VisitorId {
     }
 }
 
-/// How a room lets waiting visitors in (SPEC §6).
+/// How a room lets waiting visitors in (docs/configuration.md,
+/// `room.queueing_method`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QueueingMethod {
@@ -74,7 +75,7 @@ pub enum QueueingMethod {
     Reject,
 }
 
-/// A room's runtime state (SPEC §6).
+/// A room's runtime state (docs/operating.md, "Room states").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RoomState {
@@ -170,9 +171,9 @@ pub struct RoomOverrides {
     pub events: Option<Vec<EventSpec>>,
 }
 
-/// A scheduled period with its own settings (SPEC §6 "Events"), as the
-/// config file gives it or the admin API stores it. Times in ms since the
-/// Unix epoch.
+/// A scheduled period with its own settings (docs/how-it-works.md, "Timed
+/// drops"), as the config file gives it or the admin API stores it. Times
+/// in ms since the Unix epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventSpec {
     pub name: String,

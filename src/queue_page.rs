@@ -99,7 +99,8 @@ pub enum VisitorState {
     Challenge,
 }
 
-/// `GET /__waitroom/status` and `Accept: application/json` answers (SPEC §5).
+/// `GET /__waitroom/status` and `Accept: application/json` answers
+/// (docs/how-it-works.md, "The queue page and the status API").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Status {
     pub room: String,

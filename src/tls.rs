@@ -1,8 +1,8 @@
-//! TLS termination (SPEC §11): certificates read from PEM files and
-//! checked (a chain, a key, the key matching the chain's leaf), chosen per
-//! handshake by SNI, swapped in on reload for new handshakes only; and the
-//! rustls server configuration the TLS listener accepts with (ALPN `h2`
-//! and `http/1.1`, the ring provider).
+//! TLS termination (docs/operating.md, "TLS"): certificates read from PEM
+//! files and checked (a chain, a key, the key matching the chain's leaf),
+//! chosen per handshake by SNI, swapped in on reload for new handshakes
+//! only; and the rustls server configuration the TLS listener accepts with
+//! (ALPN `h2` and `http/1.1`, the ring provider).
 //!
 //! Not supported: client certificates, OCSP stapling, 0-RTT.
 
@@ -18,7 +18,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-/// `[tls]`: the TLS listener and its certificates (SPEC §11).
+/// `[tls]`: the TLS listener and its certificates (docs/operating.md, "TLS").
 #[derive(Clone, Debug)]
 pub struct TlsConfig {
     /// Where TLS connections are accepted.

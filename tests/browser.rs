@@ -296,9 +296,9 @@ async fn screenshots() {
     }
 }
 
-/// SPEC §6 "Events": a visitor who comes during the prequeue sees the
-/// countdown; at the start the page turns into the queue by itself, and
-/// then into the site, landing on the URL first asked for.
+/// Timed drops (docs/how-it-works.md): a visitor who comes during the
+/// prequeue sees the countdown; at the start the page turns into the queue
+/// by itself, and then into the site, landing on the URL first asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
     use waitroom::store::EventSpec;

@@ -1,4 +1,5 @@
-//! The edge (SPEC §11) as an attacker and an origin see it, over real HTTP:
+//! The edge (docs/how-it-works.md, "Bots, shared tickets and origin
+//! trust") as an attacker and an origin see it, over real HTTP:
 //! proof of work before a queue place, tickets bound to a network, shared
 //! admitted tickets ended, and the origin's signature.
 

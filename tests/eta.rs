@@ -1,5 +1,6 @@
 //! The estimated wait is honest: in a steady queue, what a visitor is told on
-//! arrival is within ±25% of the wait they actually get (SPEC §5).
+//! arrival is within ±25% of the wait they actually get (docs/how-it-works.md,
+//! "The queue page and the status API").
 
 mod support;
 

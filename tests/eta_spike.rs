@@ -2,7 +2,8 @@
 //! quiet minutes, a crowd ramps up on a room of 40 whose visitors stay 1-4 s,
 //! holds, and ramps down. What each queued visitor is told on arrival is
 //! within ±25% of the wait they actually get (median), and no visitor's
-//! estimate jumps tenfold between two polls (SPEC §5).
+//! estimate jumps tenfold between two polls (docs/how-it-works.md, "The
+//! queue page and the status API").
 
 mod support;
 

@@ -1,7 +1,8 @@
-//! Timed drops (SPEC §6 "Events" and "Sold out") through the real daemon on
-//! a moved clock: the prequeue admits nobody, the start shuffles it once
-//! (the same order on every instance), the event's settings hold until its
-//! end, operators manage events at runtime, and the origin can close the room.
+//! Timed drops (docs/how-it-works.md, "Timed drops": events and sold out)
+//! through the real daemon on a moved clock: the prequeue admits nobody, the
+//! start shuffles it once (the same order on every instance), the event's
+//! settings hold until its end, operators manage events at runtime, and the
+//! origin can close the room.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;

@@ -2,7 +2,8 @@
 //! replica and a Sentinel; the daemon finds the primary through the
 //! Sentinel (`store.sentinels`) and follows the promotion by itself.
 //!
-//! The drill (SPEC §8 "Failover"): a room of 40; 25 visitors inside, all
+//! The drill (docs/failover.md, "The drill, and what it measures"): a
+//! room of 40; 25 visitors inside, all
 //! replicated; the replica stops (SIGSTOP: it lags) and 15 more arrive;
 //! the primary is killed, the replica resumes and the Sentinel promotes
 //! it; then 60 newcomers arrive and every visitor who was let in asks

@@ -1,8 +1,9 @@
-//! Nobody walks around the gate (SPEC §4 "Canonical matching"): every
-//! spelling of a protected URL, Host or client address that a bot might try
-//! is sent as raw bytes to a full room, in front of an origin that
-//! normalizes paths the way nginx does. Each one is queued or refused with
-//! 400; none reaches the origin as the protected page without a ticket.
+//! Nobody walks around the gate (docs/how-it-works.md, "Canonical
+//! matching"): every spelling of a protected URL, Host or client address
+//! that a bot might try is sent as raw bytes to a full room, in front of an
+//! origin that normalizes paths the way nginx does. Each one is queued or
+//! refused with 400; none reaches the origin as the protected page without
+//! a ticket.
 
 mod support;
 

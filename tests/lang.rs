@@ -1,7 +1,7 @@
-//! The visitor's language (SPEC §11 "Languages") over real HTTP: the queue,
-//! prequeue, closed and error pages in each shipped language chosen from
-//! `Accept-Language`, the English fallback, a room's fixed language, and an
-//! operator's template seeing `lang` and `t`.
+//! The visitor's language (docs/how-it-works.md, "Languages") over real
+//! HTTP: the queue, prequeue, closed and error pages in each shipped
+//! language chosen from `Accept-Language`, the English fallback, a room's
+//! fixed language, and an operator's template seeing `lang` and `t`.
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! Region mode (SPEC §8 "Regions") on real Redis: one `redis-server` per
+//! Region mode (docs/regions.md) on real Redis: one `redis-server` per
 //! region plus a global one, each region reaching the global store through
 //! its own TCP proxy (which the tests cut to take a region off the global
 //! store). Time is the tests' clock: every store call takes `now`.

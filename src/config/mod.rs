@@ -38,8 +38,8 @@ pub struct Config {
     pub cookie: CookieConfig,
     pub origin: OriginConfig,
     pub rooms: Vec<RoomConfig>,
-    /// `[region]`: regional counters and a global store (SPEC §8
-    /// "Regions"); `None`: every decision on the one store (central mode).
+    /// `[region]`: regional counters and a global store (docs/regions.md);
+    /// `None`: every decision on the one store (central mode).
     pub region: Option<RegionConfig>,
     /// The TLS listener (`[tls]`), if any.
     pub tls: Option<TlsConfig>,
@@ -195,7 +195,8 @@ impl Backend {
     }
 }
 
-/// What the daemon does while the store is unreachable (SPEC §8).
+/// What the daemon does while the store is unreachable (docs/configuration.md,
+/// `store.fail_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailMode {
     /// Forward everyone.

@@ -1,6 +1,6 @@
-//! The serde image of the TOML file (SPEC §10): one struct per section,
-//! `deny_unknown_fields` everywhere, and the value types that keep what was
-//! written (durations, times, Redis URLs) so messages can quote it.
+//! The serde image of the TOML file (docs/configuration.md): one struct per
+//! section, `deny_unknown_fields` everywhere, and the value types that keep
+//! what was written (durations, times, Redis URLs) so messages can quote it.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -22,7 +22,7 @@ pub(super) struct RawConfig {
     pub(super) origin: RawOrigin,
     #[serde(default)]
     pub(super) room: Vec<RawRoom>,
-    /// Region mode (SPEC §8 "Regions"); absent: the central mode.
+    /// Region mode (docs/regions.md); absent: the central mode.
     pub(super) region: Option<RawRegion>,
     pub(super) tls: Option<RawTls>,
 }
@@ -113,7 +113,8 @@ pub(super) enum RawUnmatched {
 pub(super) struct RawStore {
     pub(super) backend: Option<RawBackend>,
     pub(super) url: Option<RawUrls>,
-    /// Not in the SPEC sketch: SPEC §7 wants the Redis password from the environment.
+    /// The variable holding the Redis password, added to every URL (which
+    /// then carries none of its own), so the file need not hold it.
     pub(super) password_env: Option<String>,
     pub(super) timeout: Option<RawDuration>,
     pub(super) fail_mode: Option<RawFailMode>,
@@ -267,8 +268,9 @@ const TIME_EXPECTED: &str = r#"an RFC 3339 time with offset, such as "2026-12-01
 
 impl<'de> Deserialize<'de> for RawTime {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Going through toml::Value accepts both quoted strings (as in the
-        // SPEC sketch) and bare TOML date-times, which operators also write.
+        // Going through toml::Value accepts both quoted strings (as in
+        // config/example.toml) and bare TOML date-times, which operators
+        // also write.
         let (text, parsed) = match toml::Value::deserialize(d)? {
             toml::Value::String(s) => {
                 let parsed = s.trim().parse::<toml::value::Datetime>().ok();

@@ -1,5 +1,6 @@
 //! The honest wait estimate: how fast the room lets people in *while someone
-//! waits* (SPEC §5), not an average that still holds the quiet minutes
+//! waits* (docs/how-it-works.md, "The queue page and the status API"),
+//! not an average that still holds the quiet minutes
 //! before a spike.
 //!
 //! The tracker keeps the room's readings of the last `HORIZON_MS` (time,

@@ -1,5 +1,6 @@
-//! Proof of work asked of new visitors while a room queues (SPEC §11
-//! "Bots"), so that holding a place costs every client some CPU time.
+//! Proof of work asked of new visitors while a room queues
+//! (docs/how-it-works.md, "Bots, shared tickets and origin trust"), so
+//! that holding a place costs every client some CPU time.
 //!
 //! A challenge is text the daemon signs and need not remember:
 //!

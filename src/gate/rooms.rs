@@ -419,7 +419,8 @@ impl Room {
         } != *after.policy
     }
 
-    /// Whether this request skips the waiting room (SPEC §4 step 3).
+    /// Whether this request skips the waiting room (docs/how-it-works.md,
+    /// "How a request is handled", step 4).
     /// `path` is the canonical request's match key; bypass paths cover
     /// whole segments (`/static/` never covers `/staticX`).
     pub fn bypasses(&self, path: &str, client: IpAddr, headers: &HeaderMap) -> bool {

@@ -1,5 +1,6 @@
-//! A room's events at runtime (SPEC §6 "Events"): which one is in force at
-//! a moment, in which phase, and what the room's policy is then.
+//! A room's events at runtime (docs/how-it-works.md, "Timed drops"): which
+//! one is in force at a moment, in which phase, and what the room's policy
+//! is then.
 //!
 //! The phases of an event, in the time of the instance's clock:
 //!

@@ -69,7 +69,8 @@ pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
     trusted.iter().any(|net| net.contains(&peer))
 }
 
-/// The visitor's address (SPEC §4): the peer itself, or, when the peer is
+/// The visitor's address (docs/how-it-works.md, "Canonical matching"): the
+/// peer itself, or, when the peer is
 /// a trusted proxy, `X-Forwarded-For` walked from the right through trusted
 /// proxies to the first address that is not one. A hop that does not parse
 /// as a bare IP address (`1.2.3.4:80`, `[::1]`, `unknown`) ends the walk at

@@ -1,4 +1,4 @@
-//! Region mode (SPEC §8 "Regions"): regional counters, a global store and
+//! Region mode: regional counters, a global store and
 //! the Anywhere pool. See `docs/regions.md` for the design and the
 //! argument that capacity (I1) is never exceeded.
 //!

@@ -1357,12 +1357,12 @@ pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
     assert!(!r.release(last.0, start + 2 * MINUTE + 1).await);
 }
 
-/// SPEC §6 "Events": 1,000 visitors queue during a prequeue (the room is
-/// paused, nobody admitted); at the start one atomic step puts them in a
-/// random order, once however many callers ask at the same moment; they
-/// stay behind whoever queued before the prequeue and ahead of everyone
-/// who arrives after the start; their old tickets get the new order; the
-/// room then lets them in in that order.
+/// Timed drops (docs/how-it-works.md): 1,000 visitors queue during a
+/// prequeue (the room is paused, nobody admitted); at the start one atomic
+/// step puts them in a random order, once however many callers ask at the
+/// same moment; they stay behind whoever queued before the prequeue and
+/// ahead of everyone who arrives after the start; their old tickets get
+/// the new order; the room then lets them in in that order.
 pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
     let prequeue_start = T0 + MINUTE;
     let start = prequeue_start + 10 * MINUTE;

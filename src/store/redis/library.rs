@@ -196,6 +196,13 @@ impl Library {
     }
 }
 
+/// The room functions' library exactly as Redis loads it (`FUNCTION LOAD`),
+/// with the sizes of `layout`: for tools that check the Lua
+/// (`tests/lint.rs` runs luacheck on it).
+pub fn function_library(layout: &Layout) -> String {
+    Library::new(layout).code
+}
+
 async fn send<C: ConnectionLike + Send>(
     conn: &mut C,
     call: &Cmd,

@@ -23,6 +23,7 @@ mod library;
 pub mod region;
 mod wire;
 
+pub use library::function_library;
 pub use wire::{Layout, LAYOUT_VERSION};
 
 use std::collections::{HashMap, HashSet};

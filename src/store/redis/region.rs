@@ -1,4 +1,4 @@
-//! Region mode's regional half (SPEC §8 "Regions"; the global half and the
+//! Region mode's regional half (docs/regions.md; the global half and the
 //! sync task are in `crate::region`).
 //!
 //! In region mode a room's capacity in this regional store is the region's

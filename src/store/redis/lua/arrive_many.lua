@@ -135,7 +135,6 @@ if fresh and c.p.state == 'open' and c.p.method == 'fifo' and c.p.max_queue == 0
             end
             places_n = 2 * queued_n
         end
-        waiting = waiting + queued_n
     end
     out = { 0, admit_n, expiry_n, held_n, queued_n, first_seq, first_position }
 else

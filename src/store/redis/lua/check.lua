@@ -101,10 +101,12 @@ for i = 1, #members, 2 do
             -- (Greater when a place put back between them extended the
             -- tail's end: counted too many, never too few.)
             if t.cum < prev.cum + prev.k then
-                violated('a tail member at ' .. int(t.first) .. ' has cum ' .. int(t.cum) .. ', not ' .. int(prev.cum + prev.k))
+                violated('a tail member at ' .. int(t.first) .. ' has cum ' .. int(t.cum)
+                    .. ', not ' .. int(prev.cum + prev.k))
             end
             if t.off ~= prev.off + prev.k then
-                violated('a tail member at ' .. int(t.first) .. ' has its ids at ' .. int(t.off) .. ', not ' .. int(prev.off + prev.k))
+                violated('a tail member at ' .. int(t.first) .. ' has its ids at ' .. int(t.off)
+                    .. ', not ' .. int(prev.off + prev.k))
             end
         end
         prev = t

@@ -16,7 +16,7 @@ if known == epoch then
     return 0
 end
 local exists = known or redis.call('EXISTS', meta) == 1
-if not known and not (ARGV[3] == '1') then
+if not known and ARGV[3] ~= '1' then
     -- A room this history starts (new here), or first marked now.
     if exists then
         redis.call('HSET', meta, 'epoch', epoch)

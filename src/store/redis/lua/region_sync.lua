@@ -13,7 +13,7 @@
 -- Anywhere pool)  6 active  7 lowered (the region's g_lowered)  8 queued
 -- 9 head seq (0: nobody waits)  10 arrivals since its last sync
 -- 11 '1': only record `lowered` (the region gave slots back just now)
--- 12 (rank, seq) samples of its queue: "rank:seq,rank:seq" 
+-- 12 (rank, seq) samples of its queue: "rank:seq,rank:seq"
 -- 13 the room's rate (new_users_per_minute; 0: none)  14 admissions in the
 -- region's rate window  15 its r_lowered (admission tokens given back)
 -- Returns {raised, returned, target grant, frontier seq (0: none: every

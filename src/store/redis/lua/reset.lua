@@ -6,9 +6,9 @@
 local k = c.k
 redis.call('ZUNIONSTORE', k.ended, 2, k.ended, k.sessions, 'AGGREGATE', 'MAX')
 -- (Batched sessions end the same way; no mark of theirs is there before.)
-local batched = batched_sessions(c)
-for first = 1, #batched, 1000 do
-    redis.call('ZADD', k.ended, 'GT', unpack(batched, first, math.min(first + 999, #batched)))
+local batched_ended = batched_sessions(c)
+for first = 1, #batched_ended, 1000 do
+    redis.call('ZADD', k.ended, 'GT', unpack(batched_ended, first, math.min(first + 999, #batched_ended)))
 end
 local last = redis.call('ZRANGE', k.ended, -1, -1, 'WITHSCORES')
 if #last == 2 then

@@ -64,17 +64,17 @@ end
 -- Just below the prequeue, but above the reset floor (store::shuffled_first).
 local floor = tonumber(redis.call('HGET', k.meta, 'reset_floor') or '0')
 local first = math.max(lo - n, floor + 1)
-local args = {}
+local renumbered = {}
 for i = 1, n do
-    args[#args + 1] = int(first + i - 1)
-    args[#args + 1] = members[i]
-    if #args >= 4000 then
-        redis.call('ZADD', k.queue, 'XX', unpack(args))
-        args = {}
+    renumbered[#renumbered + 1] = int(first + i - 1)
+    renumbered[#renumbered + 1] = members[i]
+    if #renumbered >= 4000 then
+        redis.call('ZADD', k.queue, 'XX', unpack(renumbered))
+        renumbered = {}
     end
 end
-if #args > 0 then
-    redis.call('ZADD', k.queue, 'XX', unpack(args))
+if #renumbered > 0 then
+    redis.call('ZADD', k.queue, 'XX', unpack(renumbered))
 end
 redis.call('HSET', k.meta, 'stale_lo', int(lo), 'stale_hi', int(hi))
 return n

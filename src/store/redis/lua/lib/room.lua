@@ -179,11 +179,6 @@ local function admit(c, visitor)
     return { ADMITTED, expiry }
 end
 
-local function reject(c, reason)
-    redis.call('HINCRBY', c.k.meta, 'rejected', 1)
-    return { REJECTED, reason }
-end
-
 -- Queue places that became sessions are used up: each is marked ended as
 -- long as its ticket could poll (abandon_after from now; the ticket was
 -- last issued at or before now), so that once the session is over (by

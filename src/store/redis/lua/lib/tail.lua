@@ -216,7 +216,8 @@ local function tail_add(c, first, first_s, k, ids, back)
         error('visitor ids in the tail must be ' .. ID_LEN .. ' characters')
     end
     local tail_first, last = tail_ends(c)
-    local cum, member = 0, nil
+    local cum = 0
+    local member
     if last and (back or first < last.first + last.k) then
         -- Put back inside the tail (by a poll, I5), or newcomers whose seqs
         -- are not above the tail's (after a lost last_seq, with clocks
