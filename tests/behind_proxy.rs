@@ -289,7 +289,18 @@ async fn get(url: &str, cookie: Option<&str>, extra: &[(&str, &str)]) -> reqwest
     for (k, v) in extra {
         req = req.header(*k, *v);
     }
-    req.send().await.unwrap()
+    let resp = req.send().await.unwrap();
+    // Every cookie a response sets is one of ours, well formed: never a
+    // proxy's unfilled placeholder nor an empty header.
+    for v in resp.headers().get_all("set-cookie") {
+        let v = v.to_str().unwrap_or("");
+        let (name, _) = v.split_once('=').unwrap_or(("", ""));
+        assert!(
+            name.starts_with("waitroom_") && !name.contains(['{', ' ']),
+            "{url}: a malformed Set-Cookie: {v:?}"
+        );
+    }
+    resp
 }
 
 fn from_origin(resp: &reqwest::Response) -> bool {
