@@ -12,6 +12,7 @@
 //! visitor (16) | grant tag (1) | grant fields (8 each) | expires_ms (8) [| network (8)]
 //!   tag 1 = Queued   { seq }
 //!   tag 2 = Admitted { session_expires_ms, check_in_due_ms }
+//!   tag 3 = Shadow   { since_ms << 20 | position }  (the shadow queue)
 //! ```
 //!
 //! The client network the ticket was issued to ([`network_of`]) is the
@@ -45,6 +46,29 @@ pub enum Grant {
         session_expires_ms: Millis,
         check_in_due_ms: Millis,
     },
+    /// A place in the shadow queue (a visitor the room will not let in):
+    /// shown at `position` from `since_ms` on, moving up slowly and never
+    /// admitted. No store holds it. Sealed as one number, the same size as
+    /// a queue place, so the two cookies look alike.
+    Shadow { since_ms: Millis, position: u64 },
+}
+
+/// Bits of a shadow place's packed number that hold its first position.
+const SHADOW_POSITION_BITS: u32 = 20;
+
+impl Grant {
+    /// `Shadow` packed into one number (`since_ms` above the position).
+    fn shadow_packed(since_ms: Millis, position: u64) -> u64 {
+        let max = (1 << SHADOW_POSITION_BITS) - 1;
+        (since_ms << SHADOW_POSITION_BITS) | position.min(max)
+    }
+
+    fn shadow_unpacked(packed: u64) -> Self {
+        Grant::Shadow {
+            since_ms: packed >> SHADOW_POSITION_BITS,
+            position: packed & ((1 << SHADOW_POSITION_BITS) - 1),
+        }
+    }
 }
 
 /// The decrypted content of a ticket cookie.
@@ -108,6 +132,7 @@ const TAG_LEN: usize = 16;
 
 const TAG_QUEUED: u8 = 1;
 const TAG_ADMITTED: u8 = 2;
+const TAG_SHADOW: u8 = 3;
 const QUEUED_PT_LEN: usize = 16 + 1 + 8 + 8;
 const ADMITTED_PT_LEN: usize = 16 + 1 + 8 + 8 + 8;
 const NET_LEN: usize = 8;
@@ -407,6 +432,10 @@ fn encode_plaintext(t: &Ticket, out: &mut [u8; MAX_PT_LEN]) -> usize {
             w.put(&session_expires_ms.to_be_bytes());
             w.put(&check_in_due_ms.to_be_bytes());
         }
+        Grant::Shadow { since_ms, position } => {
+            w.put(&[TAG_SHADOW]);
+            w.put(&Grant::shadow_packed(since_ms, position).to_be_bytes());
+        }
     }
     w.put(&t.expires_ms.to_be_bytes());
     if let Some(net) = t.net {
@@ -440,6 +469,10 @@ fn decode_plaintext(pt: &[u8]) -> Option<Ticket> {
         TAG_QUEUED => {
             let (seq, rest) = take_u64(rest)?;
             (Grant::Queued { seq }, rest)
+        }
+        TAG_SHADOW => {
+            let (packed, rest) = take_u64(rest)?;
+            (Grant::shadow_unpacked(packed), rest)
         }
         TAG_ADMITTED => {
             let (session_expires_ms, rest) = take_u64(rest)?;
@@ -603,6 +636,37 @@ mod tests {
             let v = ring.seal(ROOM, &t);
             assert_eq!(ring.open(ROOM, &v, NOW), Ok(t));
         }
+    }
+
+    #[test]
+    fn a_shadow_place_round_trips_and_looks_like_a_queue_place() {
+        let ring = KeyRing::new(&[key(1)]);
+        let shadow = Ticket {
+            grant: Grant::Shadow {
+                since_ms: NOW,
+                position: 1234,
+            },
+            ..queued()
+        };
+        let v = ring.seal(ROOM, &shadow);
+        assert_eq!(ring.open(ROOM, &v, NOW), Ok(shadow));
+        assert_eq!(v.len(), ring.seal(ROOM, &queued()).len());
+        // Positions past the packed field's range are held at its top.
+        let far = Ticket {
+            grant: Grant::Shadow {
+                since_ms: NOW,
+                position: u64::MAX,
+            },
+            ..queued()
+        };
+        let opened = ring.open(ROOM, &ring.seal(ROOM, &far), NOW).unwrap();
+        assert_eq!(
+            opened.grant,
+            Grant::Shadow {
+                since_ms: NOW,
+                position: (1 << SHADOW_POSITION_BITS) - 1
+            }
+        );
     }
 
     #[test]
@@ -848,7 +912,7 @@ mod tests {
         let mut pt = [0u8; MAX_PT_LEN];
         let len = encode_plaintext(&queued(), &mut pt);
         // Unknown grant tags.
-        for tag in [0, 3, 0xFF] {
+        for tag in [0, 4, 0xFF] {
             let mut bad = pt;
             bad[16] = tag;
             let v = ring.seal_plaintext(ROOM, &bad[..len]);

@@ -15,8 +15,9 @@ use super::error::{LoadOptions, Problem};
 use super::keypath::{location, span_of, KeyPath};
 use super::raw::*;
 use super::{
-    Backend, Config, CookieConfig, EventConfig, FailMode, OriginConfig, RegionConfig, RoomConfig,
-    Secret, SentinelConfig, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
+    Backend, BotScore, Config, CookieConfig, EventConfig, FailMode, FailedChallenge, OriginConfig,
+    RegionConfig, RoomConfig, Secret, SentinelConfig, ServerConfig, StoreConfig, TlsCert,
+    TlsConfig, Unmatched,
 };
 use crate::domain::{EventSpec, Settings};
 use crate::domain::{QueueingMethod, RoomState};
@@ -1022,6 +1023,49 @@ impl Checker<'_, '_> {
             })
         });
         let events = self.events(p, raw.event);
+        let failed_challenge = raw.failed_challenge.unwrap_or_default();
+        let bot_score = match (raw.bot_score_header, raw.min_bot_score) {
+            (None, None) => None,
+            (Some(header), Some(min)) => {
+                let name = http::HeaderName::from_bytes(header.as_bytes()).ok();
+                if name.is_none() {
+                    self.fail(
+                        &p.key("bot_score_header"),
+                        format!("{header:?} is not a valid HTTP header name"),
+                    );
+                }
+                if !(1..=99).contains(&min) {
+                    self.fail(
+                        &p.key("min_bot_score"),
+                        format!("{min} is out of range: 1 to 99 (scores below it are bots)"),
+                    );
+                }
+                if failed_challenge != FailedChallenge::Shadow {
+                    self.fail(
+                        &p.key("failed_challenge"),
+                        "bot_score_header sends the visitors it names to the shadow queue: set failed_challenge = \"shadow\"",
+                    );
+                }
+                name.map(|header| BotScore {
+                    header,
+                    min: min.clamp(1, 99) as u8,
+                })
+            }
+            (Some(_), None) => {
+                self.fail(
+                    &p.key("min_bot_score"),
+                    "missing: bot_score_header needs the score below which a visitor is a bot",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                self.fail(
+                    &p.key("bot_score_header"),
+                    "missing: min_bot_score needs the header a trusted proxy puts the score in",
+                );
+                None
+            }
+        };
         RoomConfig {
             id: raw.id,
             name,
@@ -1044,6 +1088,8 @@ impl Checker<'_, '_> {
             case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
             bypass_upgrades: raw.bypass_upgrades.unwrap_or(false),
             proof_of_work,
+            bot_score,
+            failed_challenge,
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,

@@ -131,6 +131,27 @@ impl ServerConfig {
     }
 }
 
+/// `room.bot_score_header` and `room.min_bot_score`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BotScore {
+    pub header: http::HeaderName,
+    /// 1 to 99: scores below it are bots (a CDN's score: 1 almost surely a
+    /// bot, 99 almost surely a person).
+    pub min: u8,
+}
+
+/// What a visitor who fails the room's challenge gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailedChallenge {
+    /// The challenge again (a bot score too low: refused, 403).
+    #[default]
+    Retry,
+    /// The shadow queue: a page like the queue's whose place moves up
+    /// slowly and is never let in, holding nothing in the store.
+    Shadow,
+}
+
 /// What happens to a request no room matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unmatched {
@@ -274,6 +295,12 @@ pub struct RoomConfig {
     /// Proof of work asked of new visitors while the room queues, in
     /// leading zero bits of SHA-256 (0 = off).
     pub proof_of_work: u8,
+    /// Newcomers whose bot score (from a trusted proxy's header) is below
+    /// the minimum are bots.
+    pub bot_score: Option<BotScore>,
+    /// What a visitor who fails the room's challenge (a forged or replayed
+    /// proof of work) or its bot score gets.
+    pub failed_challenge: FailedChallenge,
     /// Initial room state.
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.

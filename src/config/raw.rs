@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde::de::{self, Deserializer, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 
+use super::FailedChallenge;
 use crate::domain::{QueueingMethod, RoomState};
 
 #[derive(Deserialize)]
@@ -200,6 +201,12 @@ pub(super) struct RawRoom {
     pub(super) bypass_upgrades: Option<bool>,
     /// Proof-of-work difficulty in leading zero bits (0 = off).
     pub(super) proof_of_work: Option<u64>,
+    /// A trusted proxy's bot score header (e.g. a CDN's), and the score
+    /// below which a newcomer is a bot.
+    pub(super) bot_score_header: Option<String>,
+    pub(super) min_bot_score: Option<u64>,
+    /// `"retry"` or `"shadow"`.
+    pub(super) failed_challenge: Option<FailedChallenge>,
     pub(super) state: Option<RoomState>,
     /// `"auto"` or a shipped language code.
     pub(super) language: Option<String>,

@@ -334,6 +334,11 @@ impl Gate {
                 grant: Grant::Queued { .. },
                 ..
             }) => self.store.release(&room, visitor, now).await,
+            // A shadow place holds nothing to end.
+            Some(Ticket {
+                grant: Grant::Shadow { .. },
+                ..
+            }) => Ok(false),
             None => Ok(false),
         };
         match outcome {

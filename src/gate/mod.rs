@@ -40,6 +40,7 @@ pub mod pages;
 pub mod proof;
 pub mod rooms;
 pub mod schedule;
+mod shadow;
 pub mod tickets;
 mod upkeep;
 
@@ -178,6 +179,9 @@ enum Proof {
     Proven,
     /// This challenge first.
     Wanted(proof::Challenge),
+    /// A solution that was no honest attempt (forged, replayed, for another
+    /// room, too weak) while the room sends such visitors to the shadow queue.
+    Failed,
 }
 
 /// An admitted visitor's request, on its way to the origin.
@@ -575,6 +579,11 @@ impl Gate {
                 Decision::Ended => self.new_visitor(room, req, ctx).await,
                 decision => Ok(decision),
             },
+            Some(Ticket {
+                visitor,
+                grant: Grant::Shadow { since_ms, position },
+                ..
+            }) => Ok(self.shadow_poll(room, visitor, since_ms, position, ctx)),
             _ => self.new_visitor(room, req, ctx).await,
         }
     }
@@ -674,8 +683,12 @@ impl Gate {
             return Ok(Decision::TooManyArrivals(wait));
         }
         self.start_due_event(room, ctx.now).await;
+        if self.is_bot(room, req, ctx) {
+            return Ok(self.shadowed(room, ctx));
+        }
         let proven = match self.proof_wanted(room, req, ctx).await? {
             Proof::Wanted(challenge) => return Ok(Decision::Challenge(challenge)),
+            Proof::Failed => return Ok(self.shadowed(room, ctx)),
             Proof::Proven => true,
             Proof::NotAsked => false,
         };
@@ -729,6 +742,10 @@ impl Gate {
         if let Some(why) = refused {
             room.metrics.proof_refused.inc();
             tracing::debug!(room = id, client = %ctx.client, %why, "proof of work refused");
+            // A late solution is an honest one: it gets a new challenge.
+            if why != proof::Refusal::Expired && self.shadows(room) {
+                return Ok(Proof::Failed);
+            }
         }
         Ok(Proof::Wanted(self.challenge(room, ctx.now)))
     }

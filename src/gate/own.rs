@@ -61,12 +61,21 @@ impl Gate {
             );
         };
         let ticket = self.tickets.open(&room, req.headers(), ctx.now, ctx.net);
-        let (status, cookie) = match ticket {
+        let polled = match ticket {
             Some(Ticket {
                 visitor,
                 grant: Grant::Queued { seq },
                 ..
-            }) => match self.poll(&room, visitor, seq, ctx).await {
+            }) => Some(self.poll(&room, visitor, seq, ctx).await),
+            Some(Ticket {
+                visitor,
+                grant: Grant::Shadow { since_ms, position },
+                ..
+            }) => Some(Ok(self.shadow_poll(&room, visitor, since_ms, position, ctx))),
+            _ => None,
+        };
+        let (status, cookie) = match (ticket, polled) {
+            (_, Some(polled)) => match polled {
                 Ok(Decision::Forward(Admitted { ticket, .. })) => (
                     self.status(&room, ctx.now, VisitorState::Admitted, None),
                     ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
@@ -97,21 +106,24 @@ impl Gate {
                     None,
                 ),
             },
-            Some(Ticket {
-                grant: Grant::Admitted { .. },
-                ..
-            }) => (
+            (
+                Some(Ticket {
+                    grant: Grant::Admitted { .. },
+                    ..
+                }),
+                None,
+            ) => (
                 self.status(&room, ctx.now, VisitorState::Admitted, None),
                 None,
             ),
             // No ticket while the room wants a proof of work: the challenge,
             // for apps to solve and hand in with their next request.
-            None if room.asks_proof(ctx.now) => {
+            _ if room.asks_proof(ctx.now) => {
                 let challenge = self.challenge(&room, ctx.now);
                 (self.challenge_status(&room, &challenge, ctx.now), None)
             }
             // No ticket: loading the room's page will hand one out.
-            None => (self.status(&room, ctx.now, VisitorState::None, None), None),
+            _ => (self.status(&room, ctx.now, VisitorState::None, None), None),
         };
         json(StatusCode::OK, &status, cookie)
     }

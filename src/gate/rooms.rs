@@ -49,6 +49,9 @@ pub struct Room {
     pub metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub poll_limit: VisitorLimit,
+    /// Visitors waiting, as the last upkeep read it (where the shadow
+    /// queue puts its newcomers).
+    queued_seen: std::sync::atomic::AtomicU64,
     /// Whether new visitors are being queued (a verdict said so, or the
     /// last figures showed a queue or a full room); proof of work is asked
     /// only then.
@@ -228,6 +231,7 @@ impl Room {
             rate: RateTracker::default(),
             metrics,
             poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
+            queued_seen: std::sync::atomic::AtomicU64::new(0),
             queueing: AtomicBool::new(false),
             ended_here: EndedHere::default(),
             tunnels: Arc::default(),
@@ -293,6 +297,16 @@ impl Room {
         self.ended_here
             .add(visitor, now, now + crate::domain::MAX_CHECK_IN_MS);
         self.tunnels.end(Some(visitor));
+    }
+
+    /// Visitors waiting, as the last upkeep read it.
+    pub fn queued_seen(&self) -> u64 {
+        self.queued_seen.load(Ordering::Relaxed)
+    }
+
+    /// Records how many visitors wait (upkeep).
+    pub fn saw_queued(&self, queued: u64) {
+        self.queued_seen.store(queued, Ordering::Relaxed);
     }
 
     /// Records whether the room is queueing new visitors.

@@ -192,6 +192,25 @@ impl Tickets {
         }
     }
 
+    /// The ticket of a shadow place (`gate::shadow`): it lapses like a
+    /// queue place's, and looks like one.
+    pub fn shadow(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        since_ms: Millis,
+        position: u64,
+        now: Millis,
+        net: u64,
+    ) -> Ticket {
+        Ticket {
+            visitor,
+            grant: Grant::Shadow { since_ms, position },
+            expires_ms: now + room.policy().abandon_after_ms,
+            net: Some(net),
+        }
+    }
+
     /// `Set-Cookie` for `ticket`, written directly (this runs for every
     /// new visitor: the generic cookie formatter cost as much as the seal).
     /// The value is base64url and the name `[a-z0-9_-]`, so nothing needs

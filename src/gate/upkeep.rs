@@ -37,6 +37,7 @@ impl Gate {
             room.rate.observe(&stats, totals.as_ref(), &policy, now);
             let full = policy.total_active_users > 0 && stats.active >= policy.total_active_users;
             room.set_queueing(stats.queued > 0 || full);
+            room.saw_queued(stats.queued);
             let refresh = room.config.refresh_interval;
             let eta_seconds = room.rate.eta_seconds(stats.queued, &policy, refresh);
             self.telemetry.metrics.set_room(

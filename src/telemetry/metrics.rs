@@ -94,6 +94,9 @@ pub struct RoomMetrics {
     /// Newcomers and polls answered "busy": this instance ran too late to
     /// decide in time (`gate::lag`).
     pub shed: Counter,
+    /// Newcomers sent to the shadow queue (a failed challenge, a bot score
+    /// below the room's minimum).
+    pub shadowed: Counter,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
@@ -219,6 +222,7 @@ impl Metrics {
             challenged: outcome("challenged"),
             proof_refused: outcome("proof_refused"),
             shed: outcome("shed"),
+            shadowed: outcome("shadowed"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

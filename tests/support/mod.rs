@@ -101,6 +101,8 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         case_insensitive_paths: false,
         bypass_upgrades: false,
         proof_of_work: 0,
+        bot_score: None,
+        failed_challenge: FailedChallenge::Retry,
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],

@@ -1,0 +1,230 @@
+//! Drop-day fairness over real HTTP: the shadow queue. A newcomer a room
+//! will not let in (a bot score below the minimum from a trusted proxy, a
+//! forged proof of work) gets a page and JSON like a queued visitor's, a
+//! ticket like theirs, a place that moves up slowly and is never let in,
+//! and the store never hears of it.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::Harness;
+use waitroom::config::{BotScore, FailedChallenge};
+
+/// Room "shop" for one visitor at a time, behind a trusted proxy that
+/// sends a bot score in `cf-bot-score`; under 30 is a bot.
+async fn daemon() -> Harness {
+    Harness::start(|c| {
+        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let room = &mut c.rooms[0];
+        room.total_active_users = 1;
+        room.bot_score = Some(BotScore {
+            header: http::HeaderName::from_static("cf-bot-score"),
+            min: 30,
+        });
+        room.failed_challenge = FailedChallenge::Shadow;
+    })
+    .await
+}
+
+/// `(status, the room's cookie, body)` of a GET with these headers.
+async fn get(h: &Harness, path: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
+    let mut req = h.bare().get(h.url(path));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let cookie = support::set_cookie(&resp, "waitroom_shop");
+    (resp.status().as_u16(), cookie, resp.text().await.unwrap())
+}
+
+fn keys(json: &str) -> BTreeSet<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+async fn queued_in_store(h: &Harness) -> (u64, u64) {
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    (stats.active, stats.queued)
+}
+
+#[tokio::test]
+async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
+    let h = daemon().await;
+    let (status, _, _) = get(&h, "/shop/", &[("cf-bot-score", "80")]).await;
+    assert_eq!(status, 200, "a person with a good score is let in");
+    // A person waits: the queue page, position 1.
+    let json = [("accept", "application/json")];
+    let (status, person, queued_json) = get(&h, "/shop/", &json).await;
+    assert_eq!(status, 200);
+    let person = person.expect("a queue ticket");
+    let v: serde_json::Value = serde_json::from_str(&queued_json).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["position"].as_u64()),
+        (Some("queued"), Some(1))
+    );
+    assert_eq!(queued_in_store(&h).await, (1, 1));
+
+    // Ten are waiting, as the last upkeep saw it.
+    h.daemon.gate().rooms.by_id("shop").unwrap().saw_queued(10);
+    let bot = [("cf-bot-score", "5"), ("accept", "application/json")];
+    let (status, shadow, shadow_json) = get(&h, "/shop/", &bot).await;
+    assert_eq!(status, 200, "the same status as a queued visitor's");
+    let shadow = shadow.expect("a ticket like a queued visitor's");
+    assert_eq!(shadow.len(), person.len(), "a cookie of the same size");
+    assert_eq!(
+        keys(&shadow_json),
+        keys(&queued_json),
+        "the same JSON fields"
+    );
+    let v: serde_json::Value = serde_json::from_str(&shadow_json).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["position"].as_u64()),
+        (Some("queued"), Some(11))
+    );
+    // Its page is the queue page.
+    let (status, _, page) = get(&h, "/shop/", &[("cf-bot-score", "5")]).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/__waitroom/status?room=shop"));
+    assert_eq!(
+        queued_in_store(&h).await,
+        (1, 1),
+        "the store never heard of it"
+    );
+
+    // The room empties; the person is let in, the shadow place only crawls.
+    let released = h
+        .bare()
+        .post(h.admin_url("/api/rooms/shop/reset"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+    let mut cookie = format!("waitroom_shop={shadow}");
+    let mut last = 11;
+    for step in 1..=30 {
+        h.clock.advance(Duration::from_secs(31));
+        let resp = h
+            .bare()
+            .get(h.url("/__waitroom/status?room=shop"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        if let Some(next) = support::set_cookie(&resp, "waitroom_shop") {
+            cookie = format!("waitroom_shop={next}");
+        }
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(v["state"], "queued", "step {step}: never let in");
+        let position = v["position"].as_u64().unwrap();
+        assert!(
+            position <= last && position >= 1,
+            "step {step}: {position} after {last}"
+        );
+        assert_eq!(
+            position,
+            11u64.saturating_sub(step).max(1),
+            "one place per 30 s"
+        );
+        last = position;
+        // Its page load is no arrival either.
+        let (_, _, page) = get(&h, "/shop/", &[("cookie", &cookie)]).await;
+        assert!(page.contains("/__waitroom/status?room=shop"), "step {step}");
+    }
+    let (active, queued) = queued_in_store(&h).await;
+    assert_eq!((active, queued), (0, 0), "no session, no place, ever");
+    // Two newcomers were shadowed: the JSON one and the page one.
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains(r#"waitroom_decisions_total{room="shop",outcome="shadowed"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_bot_score_counts_only_from_a_trusted_proxy_and_only_as_a_number() {
+    let h = daemon().await;
+    for score in ["", "abc", "99999999999", "-5", "29.5"] {
+        let (status, _, body) = get(
+            &h,
+            "/shop/",
+            &[("cf-bot-score", score), ("accept", "application/json")],
+        )
+        .await;
+        assert_eq!(status, 200, "{score:?}: {body}");
+    }
+    // The first of those was let in and the rest really queued: 4 places.
+    assert_eq!(queued_in_store(&h).await, (1, 4));
+    let untrusted = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].bot_score = Some(BotScore {
+            header: http::HeaderName::from_static("cf-bot-score"),
+            min: 30,
+        });
+        c.rooms[0].failed_challenge = FailedChallenge::Shadow;
+    })
+    .await;
+    let (status, _, _) = get(&untrusted, "/shop/", &[("cf-bot-score", "1")]).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        queued_in_store(&untrusted).await,
+        (1, 0),
+        "an untrusted peer's score is not read"
+    );
+}
+
+#[tokio::test]
+async fn a_forged_proof_of_work_goes_to_the_shadow_queue() {
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].proof_of_work = 8;
+        c.rooms[0].failed_challenge = FailedChallenge::Shadow;
+    })
+    .await;
+    let (status, _, _) = get(&h, "/shop/", &[]).await;
+    assert_eq!(status, 200);
+    // The room queues now: a newcomer is asked for the proof first.
+    h.daemon
+        .gate()
+        .rooms
+        .by_id("shop")
+        .unwrap()
+        .set_queueing(true);
+    let json = [("accept", "application/json")];
+    let (_, _, asked) = get(&h, "/shop/", &json).await;
+    let v: serde_json::Value = serde_json::from_str(&asked).unwrap();
+    assert_eq!(v["state"], "challenge", "{v}");
+    let forged = [
+        ("accept", "application/json"),
+        ("x-waitroom-proof", "w1.shop.1.8.AAAA.BBBB.1"),
+    ];
+    let (status, ticket, body) = get(&h, "/shop/", &forged).await;
+    assert_eq!(status, 200);
+    assert!(ticket.is_some());
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"], "queued", "a forged proof looks queued: {v}");
+    assert_eq!(queued_in_store(&h).await, (1, 0), "and holds nothing");
+    let metrics = h.metrics().await;
+    assert!(metrics.contains(r#"outcome="shadowed"} 1"#), "{metrics}");
+}
+
+#[test]
+fn a_bot_score_needs_its_minimum_and_the_shadow_queue() {
+    let base = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[cookie]\nkeys = [\"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"]\n[origin]\nurl = \"http://127.0.0.1:9\"\n[[room]]\nid = \"shop\"\npath = \"/\"\ntotal_active_users = 5\nnew_users_per_minute = 100\n";
+    let ok = format!("{base}bot_score_header = \"cf-bot-score\"\nmin_bot_score = 30\nfailed_challenge = \"shadow\"\n");
+    let cfg = waitroom::config::from_toml_str(&ok).unwrap();
+    assert_eq!(cfg.rooms[0].bot_score.as_ref().map(|b| b.min), Some(30));
+    for (bad, key) in [
+        (format!("{base}bot_score_header = \"cf-bot-score\"\nfailed_challenge = \"shadow\"\n"), "min_bot_score"),
+        (format!("{base}min_bot_score = 30\nfailed_challenge = \"shadow\"\n"), "bot_score_header"),
+        (format!("{base}bot_score_header = \"cf-bot-score\"\nmin_bot_score = 30\n"), "failed_challenge"),
+        (format!("{base}bot_score_header = \"cf-bot-score\"\nmin_bot_score = 100\nfailed_challenge = \"shadow\"\n"), "min_bot_score"),
+        (format!("{base}bot_score_header = \"bad header\"\nmin_bot_score = 30\nfailed_challenge = \"shadow\"\n"), "bot_score_header"),
+        (format!("{base}failed_challenge = \"maybe\"\n"), "failed_challenge"),
+    ] {
+        let err = waitroom::config::from_toml_str(&bad).unwrap_err();
+        assert!(err.to_string().contains(key), "{key}: {err}");
+    }
+}
