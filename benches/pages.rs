@@ -64,6 +64,7 @@ fn pages(c: &mut Criterion) {
         event: None,
         starts_in_seconds: None,
         challenge: None,
+        captcha: None,
     };
     let template = Template::builtin();
     for lang in [Lang::En, Lang::Ru] {

@@ -18,6 +18,7 @@ pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
 pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
 /// The proof-of-work page (its script solves the challenge).
 pub const CHALLENGE_TEMPLATE: &str = include_str!("../static/challenge.html");
+pub const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
 
 #[derive(Debug, thiserror::Error)]
 #[error("template {path}: {message}")]
@@ -118,7 +119,36 @@ pub struct Status {
     /// With `state: "challenge"`: the proof of work to hand in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeInfo>,
+    /// With `state: "challenge"` in a room that asks a captcha: the
+    /// provider's widget to show, and where its token goes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captcha: Option<CaptchaInfo>,
 }
+
+/// The status JSON's `captcha`: show the provider's widget with this site
+/// key, then send its token in the `X-Waitroom-Captcha` header (or the
+/// `waitroom_.captcha` cookie) with the next request for the room's page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CaptchaInfo {
+    pub provider: &'static str,
+    pub site_key: String,
+    pub header: &'static str,
+    pub cookie: &'static str,
+}
+
+impl CaptchaInfo {
+    pub fn of(c: &crate::config::Captcha) -> Self {
+        Self {
+            provider: c.kind.name(),
+            site_key: c.site_key.clone(),
+            header: "X-Waitroom-Captcha",
+            cookie: CAPTCHA_COOKIE,
+        }
+    }
+}
+
+/// The cookie the captcha page's callback returns the token in.
+pub const CAPTCHA_COOKIE: &str = "waitroom_.captcha";
 
 /// The status JSON's `challenge`: find a decimal `counter` such that
 /// SHA-256(`value` + "." + counter) starts with `bits` zero bits, then
@@ -343,6 +373,7 @@ impl QueueView {
             event: None,
             starts_in_seconds: None,
             challenge: None,
+            captcha: None,
         };
         Self::new(
             &status,
@@ -546,6 +577,43 @@ pub fn render_challenge(
         })
 }
 
+static CAPTCHA: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    if let Err(e) = env.add_template("captcha.html", CAPTCHA_TEMPLATE) {
+        tracing::error!(error = %e, "the built-in captcha page does not parse");
+    }
+    env
+});
+
+/// The page with the room's captcha widget: its callback puts the token in
+/// the `waitroom_.captcha` cookie and reloads.
+pub fn render_captcha(
+    room_name: &str,
+    captcha: &crate::config::Captcha,
+    lang: crate::i18n::Lang,
+) -> String {
+    let t = lang.strings();
+    CAPTCHA
+        .get_template("captcha.html")
+        .and_then(|tmpl| {
+            tmpl.render(context! {
+                lang => lang.code(),
+                room_name => room_name,
+                title => t.get("challenge_title"),
+                text => t.get("challenge_text"),
+                noscript => t.get("challenge_noscript"),
+                widget_class => captcha.kind.widget_class(),
+                site_key => captcha.site_key,
+                script_url => captcha.script_url,
+                cookie_name => CAPTCHA_COOKIE,
+            })
+        })
+        .unwrap_or_else(|_| {
+            "<!doctype html><title>Checking your browser</title><p>Please enable JavaScript and reload this page.".into()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -594,6 +662,7 @@ mod tests {
             event: None,
             starts_in_seconds: None,
             challenge: None,
+            captcha: None,
         };
         if prequeue {
             status.state = VisitorState::Prequeue;

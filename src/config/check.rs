@@ -15,9 +15,9 @@ use super::error::{LoadOptions, Problem};
 use super::keypath::{location, span_of, KeyPath};
 use super::raw::*;
 use super::{
-    Backend, BotScore, Config, CookieConfig, EventConfig, FailMode, FailedChallenge, OriginConfig,
-    RegionConfig, RoomConfig, Secret, SentinelConfig, ServerConfig, StoreConfig, TlsCert,
-    TlsConfig, Unmatched,
+    Backend, BotScore, Captcha, ChallengeKind, Config, CookieConfig, EventConfig, FailMode,
+    FailedChallenge, OriginConfig, RegionConfig, RoomConfig, Secret, SentinelConfig, ServerConfig,
+    StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
 use crate::domain::{EventSpec, Settings};
 use crate::domain::{QueueingMethod, RoomState};
@@ -881,7 +881,7 @@ impl Checker<'_, '_> {
         rooms
     }
 
-    fn room(&mut self, p: &KeyPath, raw: RawRoom, reserved_prefix: &str) -> RoomConfig {
+    fn room(&mut self, p: &KeyPath, mut raw: RawRoom, reserved_prefix: &str) -> RoomConfig {
         if let Err(why) = check_id(&raw.id) {
             self.fail(&p.key("id"), format!("{:?} {why}", raw.id));
         }
@@ -895,6 +895,7 @@ impl Checker<'_, '_> {
                 0
             }
         };
+        let captcha = self.captcha(p, &mut raw_captcha(&mut raw), proof_of_work);
         let name = raw.name.unwrap_or_else(|| raw.id.clone());
         if name.trim().is_empty()
             || name.chars().count() > 200
@@ -1090,10 +1091,93 @@ impl Checker<'_, '_> {
             proof_of_work,
             bot_score,
             failed_challenge,
+            captcha,
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
         }
+    }
+
+    /// `room.challenge` with a captcha provider, and its settings.
+    fn captcha(&mut self, p: &KeyPath, raw: &mut RawCaptcha, proof_of_work: u8) -> Option<Captcha> {
+        let kind = match raw.kind {
+            None | Some(ChallengeKind::ProofOfWork) => return None,
+            Some(kind) => kind,
+        };
+        if proof_of_work > 0 {
+            self.fail(
+                &p.key("proof_of_work"),
+                format!(
+                    "the room asks the {} challenge: proof_of_work must be 0",
+                    kind.name()
+                ),
+            );
+        }
+        let (verify, script) = kind.default_urls().unwrap_or_default();
+        let site_key = raw.site_key.take().unwrap_or_default();
+        if site_key.is_empty()
+            || !site_key.chars().all(|c| c.is_ascii_graphic())
+            || site_key.contains(['"', '<', '>'])
+        {
+            self.fail(
+                &p.key("challenge_site_key"),
+                format!("missing or not a key: the {} site key", kind.name()),
+            );
+        }
+        let secret_path = p.key("challenge_secret_env");
+        let secret = match self.env_name(&secret_path, raw.secret_env.take(), "") {
+            Some(var) => match self.env_value(&var) {
+                Some(v) => Some(Secret(v)),
+                None => {
+                    self.fail(
+                        &secret_path,
+                        format!(
+                            "environment variable {var} is not set; it holds the {} secret key",
+                            kind.name()
+                        ),
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let verify_text = raw.verify_url.take().unwrap_or_else(|| verify.to_owned());
+        let verify_url = match verify_text.parse::<http::Uri>() {
+            Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
+                Some(u)
+            }
+            _ => {
+                self.fail(
+                    &p.key("challenge_verify_url"),
+                    format!("{verify_text:?} is not an http(s) URL"),
+                );
+                None
+            }
+        };
+        let script_url = raw.script_url.take().unwrap_or_else(|| script.to_owned());
+        if !(script_url.starts_with("https://") || script_url.starts_with("http://"))
+            || script_url.contains(['"', '<', '>', ' ', '\''])
+        {
+            self.fail(
+                &p.key("challenge_script_url"),
+                format!("{script_url:?} is not an http(s) URL"),
+            );
+        }
+        let timeout = self.duration(
+            &p.key("challenge_timeout"),
+            raw.timeout.take(),
+            Duration::from_secs(3),
+            Duration::ZERO,
+        );
+        Some(Captcha {
+            kind,
+            site_key,
+            secret: secret?,
+            verify_url: verify_url?,
+            script_url,
+            timeout,
+            on_error: raw.on_error.unwrap_or_default(),
+        })
     }
 
     fn bypass_header(

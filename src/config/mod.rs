@@ -140,6 +140,80 @@ pub struct BotScore {
     pub min: u8,
 }
 
+/// What the room asks of a newcomer while it queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChallengeKind {
+    ProofOfWork,
+    Turnstile,
+    Hcaptcha,
+    Recaptcha,
+}
+
+impl ChallengeKind {
+    /// The provider's `siteverify` API and its widget's script.
+    pub fn default_urls(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ChallengeKind::ProofOfWork => None,
+            ChallengeKind::Turnstile => Some((
+                "https://challenges.cloudflare.com/turnstile/v0/siteverify",
+                "https://challenges.cloudflare.com/turnstile/v0/api.js",
+            )),
+            ChallengeKind::Hcaptcha => Some((
+                "https://api.hcaptcha.com/siteverify",
+                "https://js.hcaptcha.com/1/api.js",
+            )),
+            ChallengeKind::Recaptcha => Some((
+                "https://www.google.com/recaptcha/api/siteverify",
+                "https://www.google.com/recaptcha/api.js",
+            )),
+        }
+    }
+
+    /// The class of the element the provider's script turns into its widget.
+    pub fn widget_class(self) -> &'static str {
+        match self {
+            ChallengeKind::ProofOfWork => "",
+            ChallengeKind::Turnstile => "cf-turnstile",
+            ChallengeKind::Hcaptcha => "h-captcha",
+            ChallengeKind::Recaptcha => "g-recaptcha",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ChallengeKind::ProofOfWork => "proof_of_work",
+            ChallengeKind::Turnstile => "turnstile",
+            ChallengeKind::Hcaptcha => "hcaptcha",
+            ChallengeKind::Recaptcha => "recaptcha",
+        }
+    }
+}
+
+/// What happens to a newcomer when the captcha provider's verifier does
+/// not answer in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnVerifyError {
+    /// The challenge again: nobody passes unverified.
+    #[default]
+    Closed,
+    /// Taken as passed: the provider's outage does not stop the sale.
+    Open,
+}
+
+/// `room.challenge` with a captcha provider, and its settings.
+#[derive(Clone, Debug)]
+pub struct Captcha {
+    pub kind: ChallengeKind,
+    pub site_key: String,
+    pub secret: Secret,
+    pub verify_url: http::Uri,
+    pub script_url: String,
+    pub timeout: Duration,
+    pub on_error: OnVerifyError,
+}
+
 /// What a visitor who fails the room's challenge gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -299,8 +373,11 @@ pub struct RoomConfig {
     /// the minimum are bots.
     pub bot_score: Option<BotScore>,
     /// What a visitor who fails the room's challenge (a forged or replayed
-    /// proof of work) or its bot score gets.
+    /// proof of work, a captcha the provider refused) or its bot score gets.
     pub failed_challenge: FailedChallenge,
+    /// A captcha provider's challenge asked of newcomers while the room
+    /// queues, in place of the proof of work.
+    pub captcha: Option<Captcha>,
     /// Initial room state.
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.

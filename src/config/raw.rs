@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde::de::{self, Deserializer, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 
-use super::FailedChallenge;
+use super::{ChallengeKind, FailedChallenge, OnVerifyError};
 use crate::domain::{QueueingMethod, RoomState};
 
 #[derive(Deserialize)]
@@ -207,6 +207,16 @@ pub(super) struct RawRoom {
     pub(super) min_bot_score: Option<u64>,
     /// `"retry"` or `"shadow"`.
     pub(super) failed_challenge: Option<FailedChallenge>,
+    /// `"proof_of_work"` (with `proof_of_work` bits) or a captcha provider.
+    pub(super) challenge: Option<ChallengeKind>,
+    /// (the captcha settings below are read into [`RawCaptcha`])
+    pub(super) challenge_site_key: Option<String>,
+    pub(super) challenge_secret_env: Option<String>,
+    pub(super) challenge_verify_url: Option<String>,
+    pub(super) challenge_script_url: Option<String>,
+    pub(super) challenge_timeout: Option<RawDuration>,
+    /// `"closed"` or `"open"`: the verifier unreachable.
+    pub(super) challenge_on_error: Option<OnVerifyError>,
     pub(super) state: Option<RoomState>,
     /// `"auto"` or a shipped language code.
     pub(super) language: Option<String>,
@@ -364,6 +374,30 @@ impl<'de> Deserialize<'de> for RawUrls {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A room's captcha settings, taken out of [`RawRoom`] for checking.
+pub(super) struct RawCaptcha {
+    pub(super) kind: Option<ChallengeKind>,
+    pub(super) site_key: Option<String>,
+    pub(super) secret_env: Option<String>,
+    pub(super) verify_url: Option<String>,
+    pub(super) script_url: Option<String>,
+    pub(super) timeout: Option<RawDuration>,
+    pub(super) on_error: Option<OnVerifyError>,
+}
+
+/// The captcha settings of `room`.
+pub(super) fn raw_captcha(room: &mut RawRoom) -> RawCaptcha {
+    RawCaptcha {
+        kind: room.challenge,
+        site_key: room.challenge_site_key.take(),
+        secret_env: room.challenge_secret_env.take(),
+        verify_url: room.challenge_verify_url.take(),
+        script_url: room.challenge_script_url.take(),
+        timeout: room.challenge_timeout.take(),
+        on_error: room.challenge_on_error,
     }
 }
 

@@ -253,7 +253,7 @@ impl Gate {
     /// The status of the page `shown` renders as.
     fn show_status(&self, room: Option<&Room>, shown: &Shown) -> StatusCode {
         match (room, shown) {
-            (Some(room), Shown::Queue { .. } | Shown::Challenge { .. }) => {
+            (Some(room), Shown::Queue { .. } | Shown::Challenge { .. } | Shown::Captcha) => {
                 room.config.queue_status_code
             }
             (Some(_), Shown::Rejected { .. } | Shown::Unavailable) => {

@@ -25,10 +25,12 @@
 //! forwarded, with the request's one [`pages::Reply`]), `tickets`,
 //! `limits`, `proof`, `schedule` and `eta` (what the phases consult),
 //! `upkeep` (room figures, runtime changes and events, off the request
-//! path), `operator` (changes operators and the origin make) and `access`
-//! (the access log's marks).
+//! path), `operator` (changes operators and the origin make), `access`
+//! (the access log's marks), `shadow` (the shadow queue) and `captcha` (a
+//! captcha provider's challenge).
 
 pub mod access;
+pub mod captcha;
 pub mod decide;
 pub mod eta;
 pub mod guard;
@@ -102,6 +104,8 @@ pub struct Gate {
     pub limits: ClientLimits,
     /// Proof-of-work challenges.
     proofs: proof::Proofs,
+    /// Asks captcha providers' verifiers (when a room has one).
+    captchas: Option<captcha::Verifier>,
     access_log: bool,
 }
 
@@ -180,8 +184,11 @@ enum Proof {
     /// This challenge first.
     Wanted(proof::Challenge),
     /// A solution that was no honest attempt (forged, replayed, for another
-    /// room, too weak) while the room sends such visitors to the shadow queue.
+    /// room, too weak; a captcha token the provider refused) while the room
+    /// sends such visitors to the shadow queue.
     Failed,
+    /// The room's captcha first.
+    CaptchaWanted,
 }
 
 /// An admitted visitor's request, on its way to the origin.
@@ -212,6 +219,8 @@ enum Decision {
     Ended,
     /// A new visitor must first solve this (proof of work).
     Challenge(proof::Challenge),
+    /// A new visitor must first pass the room's captcha provider.
+    Captcha,
 }
 
 impl Gate {
@@ -246,6 +255,11 @@ impl Gate {
             rooms: Rooms::new(rooms),
             tickets: Tickets::new(KeyRing::new(&config.cookie.keys), &config.cookie),
             proofs: proof::Proofs::new(&config.cookie.keys),
+            captchas: config
+                .rooms
+                .iter()
+                .any(|r| r.captcha.is_some())
+                .then(captcha::Verifier::new),
             store: Arc::new(StoreGuard::new(
                 config,
                 store,
@@ -440,6 +454,7 @@ impl Gate {
             Decision::TooManyArrivals(wait) => Shown::TooManyArrivals { ms: millis(wait) },
             // `ticket` turns an ended place into a new arrival.
             Decision::Ended => Shown::Unavailable,
+            Decision::Captcha => Shown::Captcha,
             Decision::Challenge(c) => Shown::Challenge {
                 text: c.text,
                 bits: c.bits,
@@ -507,6 +522,10 @@ impl Gate {
                 };
                 let status = self.challenge_status(room, &challenge, now);
                 pages::challenge(room, &status, &challenge, &reply)
+            }
+            Shown::Captcha => {
+                let status = self.captcha_status(room, now);
+                pages::captcha(room, &status, &reply)
             }
             Shown::Rejected { reason } => pages::rejected(room, *reason, &reply),
             Shown::SlowDown { ms } => pages::slow_down(Duration::from_millis(*ms), &reply),
@@ -686,8 +705,13 @@ impl Gate {
         if self.is_bot(room, req, ctx) {
             return Ok(self.shadowed(room, ctx));
         }
-        let proven = match self.proof_wanted(room, req, ctx).await? {
+        let proof = match room.config.captcha {
+            Some(_) => self.captcha_wanted(room, req, ctx).await,
+            None => self.proof_wanted(room, req, ctx).await?,
+        };
+        let proven = match proof {
             Proof::Wanted(challenge) => return Ok(Decision::Challenge(challenge)),
+            Proof::CaptchaWanted => return Ok(Decision::Captcha),
             Proof::Failed => return Ok(self.shadowed(room, ctx)),
             Proof::Proven => true,
             Proof::NotAsked => false,
@@ -701,6 +725,12 @@ impl Gate {
                 room.set_queueing(true);
                 self.store.release(room, visitor, ctx.now).await?;
                 return Ok(Decision::Challenge(self.challenge(room, ctx.now)));
+            }
+            Verdict::Queued(_) if room.config.captcha.is_some() && !proven => {
+                room.set_queueing(true);
+                self.store.release(room, visitor, ctx.now).await?;
+                room.metrics.challenged.inc();
+                return Ok(Decision::Captcha);
             }
             Verdict::Queued(_) => {
                 room.set_queueing(true);

@@ -97,9 +97,12 @@ impl Gate {
                     return resp;
                 }
                 // The place is gone; loading the room's page hands out a new one.
-                Ok(Decision::Ended | Decision::TooManyArrivals(_) | Decision::Challenge(_)) => {
-                    (self.status(&room, ctx.now, VisitorState::None, None), None)
-                }
+                Ok(
+                    Decision::Ended
+                    | Decision::TooManyArrivals(_)
+                    | Decision::Challenge(_)
+                    | Decision::Captcha,
+                ) => (self.status(&room, ctx.now, VisitorState::None, None), None),
                 // The store is down: tell the page to keep waiting.
                 Err(_) => (
                     self.status(&room, ctx.now, VisitorState::Queued, None),
@@ -122,6 +125,8 @@ impl Gate {
                 let challenge = self.challenge(&room, ctx.now);
                 (self.challenge_status(&room, &challenge, ctx.now), None)
             }
+            // The same for a captcha: which provider, and where the token goes.
+            _ if room.asks_captcha(ctx.now) => (self.captcha_status(&room, ctx.now), None),
             // No ticket: loading the room's page will hand one out.
             _ => (self.status(&room, ctx.now, VisitorState::None, None), None),
         };
@@ -188,6 +193,7 @@ impl Gate {
             event: event.map(queue_page::EventInfo::of),
             starts_in_seconds,
             challenge: None,
+            captcha: None,
         }
     }
 
@@ -200,6 +206,17 @@ impl Gate {
     ) -> Status {
         let mut status = self.status(room, now, VisitorState::Challenge, None);
         status.challenge = Some(queue_page::ChallengeInfo::of(challenge, now));
+        status
+    }
+
+    /// The status JSON of a visitor who must first pass the room's captcha.
+    pub(super) fn captcha_status(&self, room: &Room, now: Millis) -> Status {
+        let mut status = self.status(room, now, VisitorState::Challenge, None);
+        status.captcha = room
+            .config
+            .captcha
+            .as_ref()
+            .map(queue_page::CaptchaInfo::of);
         status
     }
 

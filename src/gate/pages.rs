@@ -85,6 +85,8 @@ pub enum Shown {
         bits: u8,
         expires_ms: Millis,
     },
+    /// The room's captcha to pass first.
+    Captcha,
     Rejected {
         reason: RejectReason,
     },
@@ -110,7 +112,7 @@ impl Shown {
     pub fn outcome(&self) -> &'static str {
         match self {
             Shown::Queue { .. } => "queued",
-            Shown::Challenge { .. } => "challenge",
+            Shown::Challenge { .. } | Shown::Captcha => "challenge",
             Shown::Rejected { .. } => "rejected",
             Shown::SlowDown { .. } => "slow_down",
             Shown::TooManyArrivals { .. } => "too_many_arrivals",
@@ -168,6 +170,20 @@ pub fn challenge(
     resp
 }
 
+/// The room's captcha a new visitor must pass first: the page with the
+/// provider's widget, or for apps the status JSON naming the provider.
+pub fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body> {
+    let code = room.config.queue_status_code;
+    let Some(captcha) = room.config.captcha.as_ref().filter(|_| !reply.json) else {
+        return json(code, status, None);
+    };
+    let chosen = reply.lang();
+    let page = crate::queue_page::render_captcha(&room.config.name, captcha, chosen.lang);
+    let mut resp = html(code, page);
+    crate::respond::language(&mut resp, chosen);
+    resp
+}
+
 /// What a visitor the room turns away sees (503).
 pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
@@ -182,6 +198,7 @@ pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Respons
             event: None,
             starts_in_seconds: None,
             challenge: None,
+            captcha: None,
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }

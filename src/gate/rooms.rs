@@ -289,6 +289,11 @@ impl Room {
         self.config.proof_of_work > 0 && self.is_queueing(now)
     }
 
+    /// Whether a newcomer must pass the room's captcha now (it queues).
+    pub fn asks_captcha(&self, now: Millis) -> bool {
+        self.config.captcha.is_some() && self.is_queueing(now)
+    }
+
     /// `visitor`'s session was ended by this instance at `now`: its tickets
     /// check in at their next request (see [`EndedHere`]). A ticket may
     /// have been issued under another session duration than the one in

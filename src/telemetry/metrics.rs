@@ -97,6 +97,9 @@ pub struct RoomMetrics {
     /// Newcomers sent to the shadow queue (a failed challenge, a bot score
     /// below the room's minimum).
     pub shadowed: Counter,
+    /// Captcha tokens the provider took, and refused.
+    pub captcha_passed: Counter,
+    pub captcha_failed: Counter,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
@@ -223,6 +226,8 @@ impl Metrics {
             proof_refused: outcome("proof_refused"),
             shed: outcome("shed"),
             shadowed: outcome("shadowed"),
+            captcha_passed: outcome("captcha_passed"),
+            captcha_failed: outcome("captcha_failed"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

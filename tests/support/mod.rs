@@ -103,6 +103,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         proof_of_work: 0,
         bot_score: None,
         failed_challenge: FailedChallenge::Retry,
+        captcha: None,
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],
