@@ -34,6 +34,8 @@
 //! * [`i18n`]: the shipped translations and the visitor's language.
 //! * [`canonical`]: the one spelling of a request's path and host.
 //! * [`secret`]: secrets, cookie keys, constant-time comparison.
+//! * [`enqueue`]: enqueue tokens (compact JWTs a site signs for its users)
+//!   and the keys that verify them.
 //! * [`domain`]: the words every layer shares: visitor ids, room policies,
 //!   queueing methods, states, events, runtime changes, proof challenges.
 //! * [`clock`]: wall-clock time as an injected input.
@@ -49,6 +51,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod domain;
+pub mod enqueue;
 pub mod gate;
 pub mod i18n;
 pub mod proxy;

@@ -137,10 +137,10 @@ pub struct CaptchaInfo {
 }
 
 impl CaptchaInfo {
-    pub fn of(c: &crate::config::Captcha) -> Self {
+    pub fn of(provider: &'static str, site_key: &str) -> Self {
         Self {
-            provider: c.kind.name(),
-            site_key: c.site_key.clone(),
+            provider,
+            site_key: site_key.to_owned(),
             header: "X-Waitroom-Captcha",
             cookie: CAPTCHA_COOKIE,
         }
@@ -427,10 +427,12 @@ pub enum Msg {
     BadAddress,
     BadBody,
     NotFound,
+    TokenRequired,
+    TokenRefused,
 }
 
 impl Msg {
-    pub const ALL: [Msg; 12] = [
+    pub const ALL: [Msg; 14] = [
         Msg::Closed,
         Msg::QueueFull,
         Msg::OverLimit,
@@ -443,6 +445,8 @@ impl Msg {
         Msg::BadAddress,
         Msg::BadBody,
         Msg::NotFound,
+        Msg::TokenRequired,
+        Msg::TokenRefused,
     ];
 
     /// The title's and the sentence's keys in the language files.
@@ -460,6 +464,8 @@ impl Msg {
             Msg::BadAddress => ("bad_request_title", "bad_address_text"),
             Msg::BadBody => ("bad_request_title", "bad_body_text"),
             Msg::NotFound => ("not_found_title", "not_found_text"),
+            Msg::TokenRequired => ("token_title", "token_required_text"),
+            Msg::TokenRefused => ("token_title", "token_refused_text"),
         }
     }
 }
@@ -588,9 +594,13 @@ static CAPTCHA: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock:
 
 /// The page with the room's captcha widget: its callback puts the token in
 /// the `waitroom_.captcha` cookie and reloads.
+/// The widget is the element of class `widget_class` the provider's script
+/// at `script_url` turns into its widget.
 pub fn render_captcha(
     room_name: &str,
-    captcha: &crate::config::Captcha,
+    widget_class: &str,
+    site_key: &str,
+    script_url: &str,
     lang: crate::i18n::Lang,
 ) -> String {
     let t = lang.strings();
@@ -603,9 +613,9 @@ pub fn render_captcha(
                 title => t.get("challenge_title"),
                 text => t.get("challenge_text"),
                 noscript => t.get("challenge_noscript"),
-                widget_class => captcha.kind.widget_class(),
-                site_key => captcha.site_key,
-                script_url => captcha.script_url,
+                widget_class => widget_class,
+                site_key => site_key,
+                script_url => script_url,
                 cookie_name => CAPTCHA_COOKIE,
             })
         })

@@ -15,9 +15,9 @@ use super::error::{LoadOptions, Problem};
 use super::keypath::{location, span_of, KeyPath};
 use super::raw::*;
 use super::{
-    Backend, BotScore, Captcha, ChallengeKind, Config, CookieConfig, EventConfig, FailMode,
-    FailedChallenge, OriginConfig, RegionConfig, RoomConfig, Secret, SentinelConfig, ServerConfig,
-    StoreConfig, TlsCert, TlsConfig, Unmatched,
+    Backend, BotScore, Captcha, ChallengeKind, Config, CookieConfig, EnqueueToken, EventConfig,
+    FailMode, FailedChallenge, OriginConfig, RegionConfig, RoomConfig, Secret, SentinelConfig,
+    ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
 use crate::domain::{EventSpec, Settings};
 use crate::domain::{QueueingMethod, RoomState};
@@ -896,6 +896,10 @@ impl Checker<'_, '_> {
             }
         };
         let captcha = self.captcha(p, &mut raw_captcha(&mut raw), proof_of_work);
+        let enqueue_token = raw
+            .enqueue_token
+            .take()
+            .and_then(|t| self.enqueue_token(&p.key("enqueue_token"), t));
         let name = raw.name.unwrap_or_else(|| raw.id.clone());
         if name.trim().is_empty()
             || name.chars().count() > 200
@@ -1092,10 +1096,65 @@ impl Checker<'_, '_> {
             bot_score,
             failed_challenge,
             captcha,
+            enqueue_token,
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
         }
+    }
+
+    /// `[room.enqueue_token]`: its mode and keys (at least one key).
+    fn enqueue_token(&mut self, p: &KeyPath, raw: RawEnqueueToken) -> Option<EnqueueToken> {
+        let required = match raw.mode.as_deref().unwrap_or("optional") {
+            "off" => return None,
+            "optional" => false,
+            "required" => true,
+            other => {
+                self.fail(
+                    &p.key("mode"),
+                    format!("{other:?} is not \"off\", \"optional\" or \"required\""),
+                );
+                return None;
+            }
+        };
+        let mut keys = crate::enqueue::TokenKeys::default();
+        if let Some(var) = raw.hmac_keys_env {
+            let path = p.key("hmac_keys_env");
+            let var = self.env_name(&path, Some(var), "")?;
+            match self.env_value(&var) {
+                Some(v) => {
+                    for (i, k) in v.split(',').enumerate() {
+                        use base64::engine::Engine;
+                        match base64::engine::general_purpose::STANDARD.decode(k.trim()) {
+                            Ok(bytes) if bytes.len() >= 32 => keys.hmac.push(bytes),
+                            _ => self.fail(
+                                &path,
+                                format!("key {i} in {var} is not base64 of at least 32 bytes"),
+                            ),
+                        }
+                    }
+                }
+                None => self.fail(
+                    &path,
+                    format!("environment variable {var} is not set; it holds the HS256 secrets"),
+                ),
+            }
+        }
+        if let Some(file) = raw.jwks_file {
+            let path = p.key("jwks_file");
+            match std::fs::read_to_string(&file) {
+                Ok(text) => match crate::enqueue::parse_jwks(&text) {
+                    Ok(public) => keys.public = public,
+                    Err(why) => self.fail(&path, format!("{file}: {why}")),
+                },
+                Err(e) => self.fail(&path, format!("cannot read {file}: {e}")),
+            }
+        }
+        if keys.hmac.is_empty() && keys.public.is_empty() {
+            self.fail(p, "no keys: give hmac_keys_env, jwks_file or both");
+            return None;
+        }
+        Some(EnqueueToken { required, keys })
     }
 
     /// `room.challenge` with a captcha provider, and its settings.

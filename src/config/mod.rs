@@ -140,6 +140,14 @@ pub struct BotScore {
     pub min: u8,
 }
 
+/// `[room.enqueue_token]`: tokens the site signs for its users.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnqueueToken {
+    /// `required`: no place without a valid token; else `optional`.
+    pub required: bool,
+    pub keys: crate::enqueue::TokenKeys,
+}
+
 /// What the room asks of a newcomer while it queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -378,6 +386,8 @@ pub struct RoomConfig {
     /// A captcha provider's challenge asked of newcomers while the room
     /// queues, in place of the proof of work.
     pub captcha: Option<Captcha>,
+    /// `[room.enqueue_token]` when not `off`.
+    pub enqueue_token: Option<EnqueueToken>,
     /// Initial room state.
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.

@@ -217,11 +217,24 @@ pub(super) struct RawRoom {
     pub(super) challenge_timeout: Option<RawDuration>,
     /// `"closed"` or `"open"`: the verifier unreachable.
     pub(super) challenge_on_error: Option<OnVerifyError>,
+    pub(super) enqueue_token: Option<RawEnqueueToken>,
     pub(super) state: Option<RoomState>,
     /// `"auto"` or a shipped language code.
     pub(super) language: Option<String>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,
+}
+
+/// `[room.enqueue_token]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEnqueueToken {
+    /// `"off"`, `"optional"` or `"required"`.
+    pub(super) mode: Option<String>,
+    /// A variable holding HS256 secrets, base64, comma-separated.
+    pub(super) hmac_keys_env: Option<String>,
+    /// A JWKS file with Ed25519 (EdDSA) and RSA (RS256) public keys.
+    pub(super) jwks_file: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -263,6 +263,7 @@ impl Gate {
                 StatusCode::TOO_MANY_REQUESTS
             }
             (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
+            (_, Shown::TokenRefused { .. }) => StatusCode::FORBIDDEN,
             _ => StatusCode::NOT_FOUND,
         }
     }

@@ -153,6 +153,34 @@ impl StoreGuard {
         }
     }
 
+    /// A member (a verified enqueue token's `sub`) arrives under the id the
+    /// room knows them by: the store gives back the session or place that
+    /// id holds, or decides anew. Nothing is orphaned when the answer comes
+    /// too late: the id may hold a place it earned before, and a new one
+    /// made meanwhile is the member's own, found again at their next try.
+    pub async fn arrive_member(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        now: Millis,
+    ) -> Result<Verdict, StoreError> {
+        if self.shared.answers().is_some() && self.lag.recent() >= self.timeout / 2 {
+            return Err(StoreError::Busy);
+        }
+        let shared = self
+            .decide(room, now, |p| async move {
+                self.shared.arrive(&p, visitor, now).await
+            })
+            .await;
+        match shared {
+            Err(e) if !matches!(e, StoreError::Busy) => match self.local_policy(room) {
+                Some((local, policy)) => local.arrive(&policy, visitor, now).await,
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+
     /// A queued visitor polls, with the same fallback as `arrive`.
     pub async fn poll(
         &self,

@@ -36,6 +36,7 @@ pub mod eta;
 pub mod guard;
 pub mod lag;
 pub mod limits;
+pub mod members;
 pub mod operator;
 mod own;
 pub mod pages;
@@ -106,6 +107,8 @@ pub struct Gate {
     proofs: proof::Proofs,
     /// Asks captcha providers' verifiers (when a room has one).
     captchas: Option<captcha::Verifier>,
+    /// Derives members' visitor ids (`members`).
+    member_key: [u8; 32],
     access_log: bool,
 }
 
@@ -221,6 +224,10 @@ enum Decision {
     Challenge(proof::Challenge),
     /// A new visitor must first pass the room's captcha provider.
     Captcha,
+    /// Turned away for its enqueue token (`missing` where one is required).
+    TokenRefused {
+        missing: bool,
+    },
 }
 
 impl Gate {
@@ -255,6 +262,9 @@ impl Gate {
             rooms: Rooms::new(rooms),
             tickets: Tickets::new(KeyRing::new(&config.cookie.keys), &config.cookie),
             proofs: proof::Proofs::new(&config.cookie.keys),
+            member_key: members::member_key(
+                &config.cookie.keys.first().map(|k| k.0).unwrap_or_default(),
+            ),
             captchas: config
                 .rooms
                 .iter()
@@ -455,6 +465,7 @@ impl Gate {
             // `ticket` turns an ended place into a new arrival.
             Decision::Ended => Shown::Unavailable,
             Decision::Captcha => Shown::Captcha,
+            Decision::TokenRefused { missing } => Shown::TokenRefused { missing },
             Decision::Challenge(c) => Shown::Challenge {
                 text: c.text,
                 bits: c.bits,
@@ -523,6 +534,7 @@ impl Gate {
                 let status = self.challenge_status(room, &challenge, now);
                 pages::challenge(room, &status, &challenge, &reply)
             }
+            Shown::TokenRefused { missing } => pages::token_refused(*missing, &reply),
             Shown::Captcha => {
                 let status = self.captcha_status(room, now);
                 pages::captcha(room, &status, &reply)
@@ -704,6 +716,25 @@ impl Gate {
         self.start_due_event(room, ctx.now).await;
         if self.is_bot(room, req, ctx) {
             return Ok(self.shadowed(room, ctx));
+        }
+        // A member (a verified enqueue token) is who the site says: no
+        // challenge, and their own session or place wherever they come from.
+        match self.enqueue_entry(room, req, ctx).await? {
+            members::Entry::Anyone => {}
+            members::Entry::Refused { missing } => return Ok(Decision::TokenRefused { missing }),
+            members::Entry::Member(visitor) => {
+                let verdict = self.store.arrive_member(room, visitor, ctx.now).await?;
+                match verdict {
+                    Verdict::Admitted { .. } => room.metrics.admitted.inc(),
+                    Verdict::Queued(_) => {
+                        room.set_queueing(true);
+                        room.metrics.queued.inc()
+                    }
+                    Verdict::Rejected(_) => room.metrics.rejected.inc(),
+                    Verdict::Ended => 0,
+                };
+                return Ok(self.verdict(room, visitor, verdict, ctx));
+            }
         }
         let proof = match room.config.captcha {
             Some(_) => self.captcha_wanted(room, req, ctx).await,

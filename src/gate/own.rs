@@ -101,7 +101,8 @@ impl Gate {
                     Decision::Ended
                     | Decision::TooManyArrivals(_)
                     | Decision::Challenge(_)
-                    | Decision::Captcha,
+                    | Decision::Captcha
+                    | Decision::TokenRefused { .. },
                 ) => (self.status(&room, ctx.now, VisitorState::None, None), None),
                 // The store is down: tell the page to keep waiting.
                 Err(_) => (
@@ -216,7 +217,7 @@ impl Gate {
             .config
             .captcha
             .as_ref()
-            .map(queue_page::CaptchaInfo::of);
+            .map(|c| queue_page::CaptchaInfo::of(c.kind.name(), &c.site_key));
         status
     }
 

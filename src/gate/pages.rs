@@ -87,6 +87,10 @@ pub enum Shown {
     },
     /// The room's captcha to pass first.
     Captcha,
+    /// Turned away for its enqueue token (403).
+    TokenRefused {
+        missing: bool,
+    },
     Rejected {
         reason: RejectReason,
     },
@@ -113,6 +117,7 @@ impl Shown {
         match self {
             Shown::Queue { .. } => "queued",
             Shown::Challenge { .. } | Shown::Captcha => "challenge",
+            Shown::TokenRefused { .. } => "token_refused",
             Shown::Rejected { .. } => "rejected",
             Shown::SlowDown { .. } => "slow_down",
             Shown::TooManyArrivals { .. } => "too_many_arrivals",
@@ -178,10 +183,35 @@ pub fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body
         return json(code, status, None);
     };
     let chosen = reply.lang();
-    let page = crate::queue_page::render_captcha(&room.config.name, captcha, chosen.lang);
+    let page = crate::queue_page::render_captcha(
+        &room.config.name,
+        captcha.kind.widget_class(),
+        &captcha.site_key,
+        &captcha.script_url,
+        chosen.lang,
+    );
     let mut resp = html(code, page);
     crate::respond::language(&mut resp, chosen);
     resp
+}
+
+/// A newcomer turned away for its enqueue token: 403, the page saying
+/// why (none where one is required, or one that does not hold), or for
+/// apps `{"error": ...}`.
+pub fn token_refused(missing: bool, reply: &Reply<'_>) -> Response<Body> {
+    let (short, msg) = if missing {
+        ("an enqueue token is required", Msg::TokenRequired)
+    } else {
+        ("the enqueue token is not valid here", Msg::TokenRefused)
+    };
+    if reply.json {
+        return json(
+            StatusCode::FORBIDDEN,
+            &serde_json::json!({"error": short, "state": "token_refused"}),
+            None,
+        );
+    }
+    message(StatusCode::FORBIDDEN, msg, reply.lang(), 0)
 }
 
 /// What a visitor the room turns away sees (503).

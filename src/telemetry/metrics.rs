@@ -100,6 +100,13 @@ pub struct RoomMetrics {
     /// Captcha tokens the provider took, and refused.
     pub captcha_passed: Counter,
     pub captcha_failed: Counter,
+    /// Enqueue tokens verified, refused (missing where required, forged,
+    /// expired, another room or address), replayed (a `jti` seen before),
+    /// and arrivals of a `sub` the room had seen (folded into its place).
+    pub token_verified: Counter,
+    pub token_refused: Counter,
+    pub token_replayed: Counter,
+    pub token_folded: Counter,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
@@ -228,6 +235,10 @@ impl Metrics {
             shadowed: outcome("shadowed"),
             captcha_passed: outcome("captcha_passed"),
             captcha_failed: outcome("captcha_failed"),
+            token_verified: outcome("token_verified"),
+            token_refused: outcome("token_refused"),
+            token_replayed: outcome("token_replayed"),
+            token_folded: outcome("token_folded"),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),

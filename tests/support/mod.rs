@@ -104,6 +104,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         bot_score: None,
         failed_challenge: FailedChallenge::Retry,
         captcha: None,
+        enqueue_token: None,
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],

@@ -1,0 +1,136 @@
+//! Enqueue tokens at the gate (`[room.enqueue_token]`, `crate::enqueue`):
+//! a newcomer who brings a verified token arrives under the visitor id the
+//! room knows its `sub` by, derived from the cookie key, so every instance
+//! finds the same session or place for the same person, however many
+//! browsers and addresses they come from. A `jti` is good once across the
+//! instances (noted in the store); `room` and `ip` must match. Without a
+//! token, `required` turns the newcomer away with a page saying why.
+
+use std::borrow::Cow;
+
+use hmac::{Hmac, Mac};
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
+
+use super::{Ctx, Gate, Room};
+use crate::domain::VisitorId;
+use crate::enqueue::{self, TokenError};
+use crate::store::StoreError;
+
+/// The header apps send a token in.
+pub const X_WAITROOM_TOKEN: HeaderName = HeaderName::from_static("x-waitroom-token");
+/// The query parameter a link carries a token in.
+pub const TOKEN_PARAM: &str = "waitroom_token";
+
+/// Separates the member-id key from any other use of the cookie key.
+const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
+
+/// What a newcomer's token says about its entry.
+pub(super) enum Entry {
+    /// No token and none needed: a visitor like any other.
+    Anyone,
+    /// A verified member, under this id.
+    Member(VisitorId),
+    /// Turned away: no token where one is required (`missing`), or one
+    /// that does not hold.
+    Refused { missing: bool },
+}
+
+/// The key member ids are derived with, from the first cookie key (so
+/// every instance sharing the keys derives the same ids).
+pub fn member_key(first_cookie_key: &[u8; 32]) -> [u8; 32] {
+    Sha256::new()
+        .chain_update(MEMBER_KEY_PREFIX)
+        .chain_update(first_cookie_key)
+        .finalize()
+        .into()
+}
+
+/// The token a request brings: the header, else the link's parameter.
+fn presented<'r>(headers: &'r HeaderMap, query: Option<&'r str>) -> Option<Cow<'r, str>> {
+    if let Some(v) = headers.get(&X_WAITROOM_TOKEN) {
+        return v.to_str().ok().map(Cow::Borrowed);
+    }
+    let query = query?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == TOKEN_PARAM)
+        .map(|(_, v)| Cow::Owned(v.into_owned()))
+}
+
+fn hash64(text: &str) -> u64 {
+    let d = Sha256::digest(text.as_bytes());
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+impl Gate {
+    /// What the newcomer's token (or its absence) means for its entry.
+    pub(super) async fn enqueue_entry(
+        &self,
+        room: &Room,
+        headers: &HeaderMap,
+        ctx: &Ctx<'_>,
+    ) -> Result<Entry, StoreError> {
+        let Some(rule) = room.config.enqueue_token.as_ref() else {
+            return Ok(Entry::Anyone);
+        };
+        let Some(token) = presented(headers, ctx.canonical.query()) else {
+            if rule.required {
+                room.metrics.token_refused.inc();
+                return Ok(Entry::Refused { missing: true });
+            }
+            return Ok(Entry::Anyone);
+        };
+        let checked = enqueue::verify(&token, &rule.keys, ctx.now / 1000).and_then(|c| {
+            if c.room != room.config.id {
+                Err(TokenError::OtherRoom)
+            } else if c.ip.is_some_and(|ip| ip != ctx.client) {
+                Err(TokenError::OtherAddress)
+            } else {
+                Ok(c)
+            }
+        });
+        let claims = match checked {
+            Ok(c) => c,
+            Err(why) => {
+                room.metrics.token_refused.inc();
+                tracing::debug!(room = %room.config.id, client = %ctx.client, %why, "enqueue token refused");
+                return Ok(Entry::Refused { missing: false });
+            }
+        };
+        let until = claims.exp.saturating_mul(1000);
+        if let Some(jti) = &claims.jti {
+            let noted = self
+                .store
+                .note(room, "jti", &[hash64(jti)], until, ctx.now)
+                .await?;
+            if noted.added == 0 {
+                room.metrics.token_replayed.inc();
+                tracing::debug!(room = %room.config.id, client = %ctx.client, "enqueue token replayed");
+                return Ok(Entry::Refused { missing: false });
+            }
+        }
+        room.metrics.token_verified.inc();
+        let noted = self
+            .store
+            .note(room, "subs", &[hash64(&claims.sub)], until, ctx.now)
+            .await?;
+        if noted.added == 0 {
+            // Someone came back (another browser, address or instance):
+            // they find their own place, not a second one.
+            room.metrics.token_folded.inc();
+        }
+        Ok(Entry::Member(self.member_id(room, &claims.sub)))
+    }
+
+    /// The visitor id the room knows `sub` by.
+    fn member_id(&self, room: &Room, sub: &str) -> VisitorId {
+        let mut id = [0u8; 16];
+        if let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.member_key) {
+            mac.update(room.config.id.as_bytes());
+            mac.update(b"\0");
+            mac.update(sub.as_bytes());
+            id.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+        }
+        VisitorId(id)
+    }
+}
