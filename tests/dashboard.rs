@@ -69,6 +69,13 @@ async fn the_dashboard_renders_rooms_and_follows_the_figures() {
         .eval("document.querySelector('[data-room=\"shop\"] .state b').textContent")
         .await;
     assert_eq!(state, "open");
+    let fairness = browser
+        .eval("document.querySelector('[data-room=\"shop\"] .fairness').textContent")
+        .await;
+    assert_eq!(
+        fairness,
+        "shadow queue 0 · challenges failed 0 · tokens 0 · refused 0 · replayed 0 · folded 0"
+    );
 }
 
 /// `expr` evaluated over the elements matching `selector` in the shop room.

@@ -135,6 +135,17 @@ async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
     }
     let (active, queued) = queued_in_store(&h).await;
     assert_eq!((active, queued), (0, 0), "no session, no place, ever");
+    // The admin API (and the dashboard) count them for this instance.
+    let room: serde_json::Value = h
+        .bare()
+        .get(h.admin_url("/api/rooms/shop"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(room["fairness"]["shadowed"], 2, "{room}");
     // Two newcomers were shadowed: the JSON one and the page one.
     let metrics = h.metrics().await;
     assert!(

@@ -358,6 +358,7 @@ impl Admin {
             "admitted_last_minute": stats.admitted_last_minute,
             "eta_seconds": room.rate.eta_seconds(stats.queued, &policy, c.refresh_interval),
             "events": self.events_json(room),
+            "fairness": fairness_json(room),
         }))
     }
 
@@ -639,4 +640,21 @@ async fn read_json<T: serde::de::DeserializeOwned>(
         .map_err(|_| AdminError::BadRequest(format!("body: unreadable or over {MAX_BODY} bytes")))?
         .to_bytes();
     serde_json::from_slice(&bytes).map_err(|e| AdminError::BadRequest(format!("body: {e}")))
+}
+
+/// What this instance did for fairness in `room` since it started:
+/// challenges asked and failed, the shadow queue, enqueue tokens.
+fn fairness_json(room: &Room) -> serde_json::Value {
+    let m = &room.metrics;
+    serde_json::json!({
+        "challenged": m.challenged.get(),
+        "proof_refused": m.proof_refused.get(),
+        "captcha_passed": m.captcha_passed.get(),
+        "captcha_failed": m.captcha_failed.get(),
+        "shadowed": m.shadowed.get(),
+        "token_verified": m.token_verified.get(),
+        "token_refused": m.token_refused.get(),
+        "token_replayed": m.token_replayed.get(),
+        "token_folded": m.token_folded.get(),
+    })
 }
