@@ -29,11 +29,10 @@ use hyper::body::Incoming;
 
 use crate::body::{empty, Body};
 use crate::clock::Millis;
-use crate::config::{FailMode, Unmatched};
+use crate::config::Unmatched;
 use crate::proxy::headers::{self, X_FORWARDED_HOST};
 use crate::proxy::{sign::X_WAITROOM_SIGNATURE, X_WAITROOM_VISITOR};
 use crate::respond::{json, push_cookie, text};
-use crate::store::StoreError;
 use crate::ticket::{Grant, Ticket};
 
 use super::pages::{self, Shown};
@@ -148,24 +147,13 @@ impl Gate {
             return self.let_in(Some(&room), None, ctx.now, "bypass");
         }
         let decision = match self.ticket(&room, headers, &ctx).await {
-            Ok(d) => d,
-            Err(error) => {
-                tracing::debug!(room = %room.config.id, %error, "store call failed");
-                if matches!(error, StoreError::Busy) {
-                    room.metrics.shed.inc();
-                    return self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now);
-                }
-                return match self.fail_mode {
-                    FailMode::Open | FailMode::Local => {
-                        self.let_in(Some(&room), None, ctx.now, "fail_open")
-                    }
-                    FailMode::Closed => {
-                        self.deny(Some(&room), Shown::Unavailable, headers, form, ctx.now)
-                    }
-                };
-            }
+            Ok(d) => self.shown(&room, d, &ctx),
+            Err(e) => match self.store_failure(&room, &e) {
+                None => return self.let_in(Some(&room), None, ctx.now, "fail_open"),
+                Some(shown) => Ok(shown),
+            },
         };
-        match self.shown(&room, decision, &ctx) {
+        match decision {
             Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now, "admitted"),
             Ok(shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
         }
@@ -224,16 +212,13 @@ impl Gate {
             .map(|pt| self.tickets.keys().seal_note(PAGE_NOTE, &pt))
             .ok()
             .and_then(|s| HeaderValue::from_str(&s).ok());
+        let page = self.show(room, &note.shown, headers, now);
+        let page_status = page.status();
+        // nginx reads no body of a denial: its page comes from `{prefix}page`.
         let mut resp = if form == Form::Original {
             Response::new(empty())
         } else {
-            self.show(room, &note.shown, headers, now)
-        };
-        let page_status = if form == Form::Original {
-            // Only the page endpoint renders it; its status, as rendered there.
-            self.show_status(room, &note.shown)
-        } else {
-            resp.status()
+            page
         };
         *resp.status_mut() = if form == Form::Original || page_status.is_success() {
             StatusCode::UNAUTHORIZED
@@ -248,24 +233,6 @@ impl Gate {
             h.insert(X_WAITROOM_PAGE, v);
         }
         self.marked(resp, room, note.shown.outcome())
-    }
-
-    /// The status of the page `shown` renders as.
-    fn show_status(&self, room: Option<&Room>, shown: &Shown) -> StatusCode {
-        match (room, shown) {
-            (Some(room), Shown::Queue { .. } | Shown::Challenge { .. } | Shown::Captcha) => {
-                room.config.queue_status_code
-            }
-            (Some(_), Shown::Rejected { .. } | Shown::Unavailable) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            (Some(_), Shown::SlowDown { .. } | Shown::TooManyArrivals { .. }) => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
-            (_, Shown::TokenRefused { .. }) => StatusCode::FORBIDDEN,
-            _ => StatusCode::NOT_FOUND,
-        }
     }
 
     /// `{prefix}page`: the page a decision chose, handed back sealed by
@@ -309,8 +276,10 @@ impl Gate {
                 "ending a session answers only server.trusted_proxies",
             );
         }
-        let id = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
-        let Some(room) = id.and_then(|id| self.rooms.by_id(id)).cloned() else {
+        let Some(room) = super::room_param(query)
+            .and_then(|id| self.rooms.by_id(id))
+            .cloned()
+        else {
             return json(
                 StatusCode::NOT_FOUND,
                 &serde_json::json!({"error": "unknown room"}),
@@ -350,10 +319,7 @@ impl Gate {
             }
             Err(e) => {
                 tracing::warn!(room = %room.config.id, error = %e, "session end not recorded");
-                let mut resp =
-                    pages::store_unavailable(&room, &pages::Reply::for_room(&room, headers));
-                *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                resp
+                pages::store_unavailable(&room, &pages::Reply::for_room(&room, headers))
             }
         }
     }

@@ -410,12 +410,18 @@ impl Gate {
 
         // Phase 4: ticket.
         let decision = match self.ticket(&room, req.headers(), &ctx).await {
-            Ok(d) => d,
-            Err(e) => return self.store_failed(&room, req, &ctx, e).await,
+            Ok(d) => self.shown(&room, d, &ctx),
+            Err(e) => match self.store_failure(&room, &e) {
+                None => {
+                    let resp = self.forward(req, &ctx, Some(&room), None, true).await;
+                    return self.marked(resp, Some(&room), "fail_open");
+                }
+                Some(shown) => Ok(shown),
+            },
         };
 
         // Phase 5: respond.
-        match self.shown(&room, decision, &ctx) {
+        match decision {
             Err(admitted) => {
                 let resp = self
                     .forward(req, &ctx, Some(&room), Some(admitted), true)
@@ -544,7 +550,7 @@ impl Gate {
             Shown::TooManyArrivals { ms } => {
                 pages::too_many_arrivals(Duration::from_millis(*ms), &reply)
             }
-            Shown::Unavailable => pages::store_unavailable(room, &reply),
+            Shown::Unavailable | Shown::Shed => pages::store_unavailable(room, &reply),
             Shown::Refused { .. } | Shown::NotFound => self.show(None, shown, headers, now),
         }
     }
@@ -685,11 +691,7 @@ impl Gate {
         seq: u64,
         ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
-        if let Err(wait) = room
-            .poll_limit
-            .check(visitor)
-            .and_then(|()| self.limits.polls.check(ctx.client))
-        {
+        if let Err(wait) = self.poll_limited(room, visitor, ctx) {
             return Ok(Decision::SlowDown(wait));
         }
         self.start_due_event(room, ctx.now).await;
@@ -699,6 +701,14 @@ impl Gate {
             room.metrics.queue_wait.admitted(seq, ctx.now);
         }
         Ok(self.verdict(room, visitor, verdict, ctx))
+    }
+
+    /// A poll too soon for the visitor's or its address's allowance: how
+    /// long to wait. The queue's polls and the shadow queue's alike.
+    fn poll_limited(&self, room: &Room, visitor: VisitorId, ctx: &Ctx<'_>) -> Result<(), Duration> {
+        room.poll_limit
+            .check(visitor)
+            .and_then(|()| self.limits.polls.check(ctx.client))
     }
 
     /// A visitor without a usable ticket: one decision, unless its address
@@ -847,32 +857,21 @@ impl Gate {
         }
     }
 
-    async fn store_failed(
-        &self,
-        room: &Arc<Room>,
-        req: Request<Incoming>,
-        ctx: &Ctx<'_>,
-        error: StoreError,
-    ) -> Response<Body> {
+    /// What a store call that failed means for this request (the
+    /// reverse proxy's and decision mode's alike): `None` lets it through
+    /// unchecked (`fail_mode` open, or local, whose own store cannot
+    /// fail), else what to show. An instance that is behind (`Busy`) lets
+    /// nobody in unchecked, whatever the fail mode, and answers at next to
+    /// no cost.
+    fn store_failure(&self, room: &Room, error: &StoreError) -> Option<Shown> {
         tracing::debug!(room = %room.config.id, %error, "store call failed");
         if matches!(error, StoreError::Busy) {
-            // This instance is behind, not the store: nobody is let in
-            // unchecked, and the answer costs next to nothing.
             room.metrics.shed.inc();
-            let resp = pages::store_unavailable(room, &Reply::for_room(room, req.headers()));
-            return self.marked(resp, Some(room), "shed");
+            return Some(Shown::Shed);
         }
         match self.fail_mode {
-            // `local` only gets here if its own store failed, which it cannot;
-            // availability first.
-            FailMode::Open | FailMode::Local => {
-                let resp = self.forward(req, ctx, Some(room), None, true).await;
-                self.marked(resp, Some(room), "fail_open")
-            }
-            FailMode::Closed => {
-                let resp = pages::store_unavailable(room, &Reply::for_room(room, req.headers()));
-                self.marked(resp, Some(room), "unavailable")
-            }
+            FailMode::Open | FailMode::Local => None,
+            FailMode::Closed => Some(Shown::Unavailable),
         }
     }
 
@@ -994,6 +993,11 @@ impl Gate {
             }
         })
     }
+}
+
+/// The `room=` parameter of a query (the daemon's own endpoints).
+fn room_param(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|kv| kv.strip_prefix("room="))
 }
 
 fn millis(d: Duration) -> u64 {

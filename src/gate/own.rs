@@ -45,11 +45,7 @@ impl Gate {
         req: &Request<Incoming>,
         ctx: &Ctx<'_>,
     ) -> Response<Body> {
-        let room_id = ctx
-            .canonical
-            .query()
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("room=")));
-        let room = match room_id {
+        let room = match super::room_param(ctx.canonical.query()) {
             Some(id) => self.rooms.by_id(id),
             None => self.rooms.matching(ctx.canonical.host(), "/"),
         };

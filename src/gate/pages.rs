@@ -102,8 +102,10 @@ pub enum Shown {
     TooManyArrivals {
         ms: u64,
     },
-    /// The store cannot decide now (fail closed, or this instance is behind).
+    /// The store cannot decide now (fail closed).
     Unavailable,
+    /// This instance is too far behind to decide in time (the same page).
+    Shed,
     /// A request that cannot be made canonical (400); `host` when it was the host.
     Refused {
         host: bool,
@@ -122,6 +124,7 @@ impl Shown {
             Shown::SlowDown { .. } => "slow_down",
             Shown::TooManyArrivals { .. } => "too_many_arrivals",
             Shown::Unavailable => "unavailable",
+            Shown::Shed => "shed",
             Shown::Refused { .. } => "refused",
             Shown::NotFound => "not_found",
         }

@@ -61,11 +61,7 @@ impl Gate {
         ctx: &Ctx<'_>,
     ) -> Decision {
         if since_ms != ctx.now {
-            let limited = room
-                .poll_limit
-                .check(visitor)
-                .and_then(|()| self.limits.polls.check(ctx.client));
-            if let Err(wait) = limited {
+            if let Err(wait) = self.poll_limited(room, visitor, ctx) {
                 return Decision::SlowDown(wait);
             }
         }
