@@ -544,27 +544,34 @@ pub fn render_message(msg: Msg, lang: Lang, refresh_seconds: u64) -> String {
     out
 }
 
-/// The challenge page, compiled once (it answers every new visitor while
-/// a room with proof of work queues).
-static CHALLENGE: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
+/// The pages a newcomer sees before a place while a room queues (the
+/// proof of work, a captcha's widget), compiled once: they answer every
+/// new visitor then.
+static CHECKING: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
-    if let Err(e) = env.add_template("challenge.html", CHALLENGE_TEMPLATE) {
-        tracing::error!(error = %e, "the built-in challenge page does not compile");
+    for (name, source) in [
+        ("challenge.html", CHALLENGE_TEMPLATE),
+        ("captcha.html", CAPTCHA_TEMPLATE),
+    ] {
+        if let Err(e) = env.add_template(name, source) {
+            tracing::error!(error = %e, page = name, "a built-in page does not compile");
+        }
     }
     env
 });
 
-/// The proof-of-work page for `challenge` in the room called `room_name`,
-/// in `lang`.
-pub fn render_challenge(
+/// `template` in `lang` for the room called `room_name`, with the
+/// "checking your browser" sentences and `extra`.
+fn render_checking(
+    template: &str,
     room_name: &str,
-    challenge: &crate::domain::Challenge,
     lang: crate::i18n::Lang,
+    extra: minijinja::Value,
 ) -> String {
     let t = lang.strings();
-    CHALLENGE
-        .get_template("challenge.html")
+    CHECKING
+        .get_template(template)
         .and_then(|tmpl| {
             tmpl.render(context! {
                 lang => lang.code(),
@@ -573,9 +580,7 @@ pub fn render_challenge(
                 text => t.get("challenge_text"),
                 noscript => t.get("challenge_noscript"),
                 failed => t.get("challenge_failed"),
-                challenge => challenge.text,
-                bits => challenge.bits,
-                cookie_name => crate::domain::PROOF_COOKIE,
+                ..extra
             })
         })
         .unwrap_or_else(|_| {
@@ -583,19 +588,25 @@ pub fn render_challenge(
         })
 }
 
-static CAPTCHA: std::sync::LazyLock<Environment<'static>> = std::sync::LazyLock::new(|| {
-    let mut env = Environment::new();
-    env.set_auto_escape_callback(|_| AutoEscape::Html);
-    if let Err(e) = env.add_template("captcha.html", CAPTCHA_TEMPLATE) {
-        tracing::error!(error = %e, "the built-in captcha page does not parse");
-    }
-    env
-});
+/// The proof-of-work page for `challenge` in the room called `room_name`,
+/// in `lang`.
+pub fn render_challenge(
+    room_name: &str,
+    challenge: &crate::domain::Challenge,
+    lang: crate::i18n::Lang,
+) -> String {
+    let extra = context! {
+        challenge => challenge.text,
+        bits => challenge.bits,
+        cookie_name => crate::domain::PROOF_COOKIE,
+    };
+    render_checking("challenge.html", room_name, lang, extra)
+}
 
-/// The page with the room's captcha widget: its callback puts the token in
-/// the `waitroom_.captcha` cookie and reloads.
-/// The widget is the element of class `widget_class` the provider's script
-/// at `script_url` turns into its widget.
+/// The page with the room's captcha widget: the element of class
+/// `widget_class` that the provider's script at `script_url` turns into
+/// its widget; its callback puts the token in the `waitroom_.captcha`
+/// cookie and reloads.
 pub fn render_captcha(
     room_name: &str,
     widget_class: &str,
@@ -603,25 +614,13 @@ pub fn render_captcha(
     script_url: &str,
     lang: crate::i18n::Lang,
 ) -> String {
-    let t = lang.strings();
-    CAPTCHA
-        .get_template("captcha.html")
-        .and_then(|tmpl| {
-            tmpl.render(context! {
-                lang => lang.code(),
-                room_name => room_name,
-                title => t.get("challenge_title"),
-                text => t.get("challenge_text"),
-                noscript => t.get("challenge_noscript"),
-                widget_class => widget_class,
-                site_key => site_key,
-                script_url => script_url,
-                cookie_name => CAPTCHA_COOKIE,
-            })
-        })
-        .unwrap_or_else(|_| {
-            "<!doctype html><title>Checking your browser</title><p>Please enable JavaScript and reload this page.".into()
-        })
+    let extra = context! {
+        widget_class => widget_class,
+        site_key => site_key,
+        script_url => script_url,
+        cookie_name => CAPTCHA_COOKIE,
+    };
+    render_checking("captcha.html", room_name, lang, extra)
 }
 
 #[cfg(test)]
