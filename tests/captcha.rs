@@ -118,7 +118,7 @@ async fn daemon(provider: &Provider, on_error: OnVerifyError, failed: FailedChal
         c.rooms[0].failed_challenge = failed;
     })
     .await;
-    let (status, _, _) = get(&h, &[]).await;
+    let (status, _, _) = h.page("/shop/", &[]).await;
     assert_eq!(status, 200, "the first visitor is let in without a captcha");
     h.daemon
         .gate()
@@ -127,21 +127,6 @@ async fn daemon(provider: &Provider, on_error: OnVerifyError, failed: FailedChal
         .unwrap()
         .set_queueing(true);
     h
-}
-
-async fn get(h: &Harness, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
-    let mut req = h.bare().get(h.url("/shop/"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = req.send().await.unwrap();
-    let cookie = support::set_cookie(&resp, "waitroom_shop");
-    (resp.status().as_u16(), cookie, resp.text().await.unwrap())
-}
-
-async fn in_store(h: &Harness) -> (u64, u64) {
-    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
-    (stats.active, stats.queued)
 }
 
 fn json(body: &str) -> serde_json::Value {
@@ -153,7 +138,7 @@ async fn a_token_the_provider_takes_earns_a_place_and_nothing_else_does() {
     let provider = Provider::start().await;
     let h = daemon(&provider, OnVerifyError::Closed, FailedChallenge::Retry).await;
     // Without a token: the widget, and no place.
-    let (status, cookie, page) = get(&h, &[]).await;
+    let (status, cookie, page) = h.page("/shop/", &[]).await;
     assert_eq!((status, cookie), (200, None));
     assert!(
         page.contains(r#"class="cf-turnstile" data-sitekey="0x4AAA-site-key""#),
@@ -165,42 +150,44 @@ async fn a_token_the_provider_takes_earns_a_place_and_nothing_else_does() {
         page.contains(&format!(r#"<script src="{script}""#)),
         "{page}"
     );
-    let (_, _, body) = get(&h, &[("accept", "application/json")]).await;
+    let (_, _, body) = h.page("/shop/", &[("accept", "application/json")]).await;
     let v = json(&body);
     assert_eq!(v["state"], "challenge");
     assert_eq!(v["captcha"]["provider"], "turnstile");
     assert_eq!(v["captcha"]["site_key"], "0x4AAA-site-key");
-    assert_eq!(in_store(&h).await, (1, 0));
+    assert_eq!(h.counts().await, (1, 0));
     assert!(
         provider.asked.lock().unwrap().is_empty(),
         "nobody asked without a token"
     );
     // A refused token: the widget again, no place.
-    let (_, cookie, body) = get(
-        &h,
-        &[
-            ("accept", "application/json"),
-            ("x-waitroom-captcha", "bad"),
-        ],
-    )
-    .await;
+    let (_, cookie, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("accept", "application/json"),
+                ("x-waitroom-captcha", "bad"),
+            ],
+        )
+        .await;
     assert_eq!(
         (json(&body)["state"].as_str(), cookie),
         (Some("challenge"), None)
     );
-    assert_eq!(in_store(&h).await, (1, 0));
+    assert_eq!(h.counts().await, (1, 0));
     // A token it takes (in the page's cookie, percent-encoded): a place.
-    let (_, cookie, body) = get(
-        &h,
-        &[
-            ("accept", "application/json"),
-            ("cookie", "waitroom_.captcha=good%2D1"),
-        ],
-    )
-    .await;
+    let (_, cookie, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("accept", "application/json"),
+                ("cookie", "waitroom_.captcha=good%2D1"),
+            ],
+        )
+        .await;
     assert_eq!(json(&body)["state"], "queued", "{body}");
     assert!(cookie.is_some());
-    assert_eq!(in_store(&h).await, (1, 1));
+    assert_eq!(h.counts().await, (1, 1));
     let asked = provider.asked.lock().unwrap().clone();
     assert_eq!(
         asked,
@@ -225,18 +212,19 @@ async fn a_token_the_provider_takes_earns_a_place_and_nothing_else_does() {
 async fn a_refused_token_goes_to_the_shadow_queue_when_the_room_says_so() {
     let provider = Provider::start().await;
     let h = daemon(&provider, OnVerifyError::Closed, FailedChallenge::Shadow).await;
-    let (status, cookie, body) = get(
-        &h,
-        &[
-            ("accept", "application/json"),
-            ("x-waitroom-captcha", "bad"),
-        ],
-    )
-    .await;
+    let (status, cookie, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("accept", "application/json"),
+                ("x-waitroom-captcha", "bad"),
+            ],
+        )
+        .await;
     assert_eq!(status, 200);
     assert!(cookie.is_some(), "a ticket like a queued visitor's");
     assert_eq!(json(&body)["state"], "queued");
-    assert_eq!(in_store(&h).await, (1, 0), "and no place");
+    assert_eq!(h.counts().await, (1, 0), "and no place");
 }
 
 #[tokio::test]
@@ -247,31 +235,32 @@ async fn a_verifier_that_does_not_answer_is_the_rooms_choice() {
         ("accept", "application/json"),
         ("x-waitroom-captcha", "slow"),
     ];
-    let (_, _, body) = get(&closed, &slow).await;
+    let (_, _, body) = closed.page("/shop/", &slow).await;
     assert_eq!(
         json(&body)["state"],
         "challenge",
         "closed: nobody passes unverified"
     );
-    assert_eq!(in_store(&closed).await, (1, 0));
+    assert_eq!(closed.counts().await, (1, 0));
     let open = daemon(&provider, OnVerifyError::Open, FailedChallenge::Retry).await;
-    let (_, _, body) = get(&open, &slow).await;
+    let (_, _, body) = open.page("/shop/", &slow).await;
     assert_eq!(
         json(&body)["state"],
         "queued",
         "open: the provider's outage stops nobody"
     );
-    assert_eq!(in_store(&open).await, (1, 1));
+    assert_eq!(open.counts().await, (1, 1));
     // Down altogether: the same.
     drop(provider);
-    let (_, _, body) = get(
-        &closed,
-        &[
-            ("accept", "application/json"),
-            ("x-waitroom-captcha", "good"),
-        ],
-    )
-    .await;
+    let (_, _, body) = closed
+        .page(
+            "/shop/",
+            &[
+                ("accept", "application/json"),
+                ("x-waitroom-captcha", "good"),
+            ],
+        )
+        .await;
     assert_eq!(json(&body)["state"], "challenge");
 }
 
@@ -290,7 +279,7 @@ async fn the_widget_hands_its_token_back_and_the_browser_gets_its_place() {
         )
         .await;
     assert_eq!(browser.text_of("wr-position").await, "1");
-    assert_eq!(in_store(&h).await, (1, 1));
+    assert_eq!(h.counts().await, (1, 1));
     let asked = provider.asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].1, "good-browser");

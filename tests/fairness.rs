@@ -28,35 +28,19 @@ async fn daemon() -> Harness {
     .await
 }
 
-/// `(status, the room's cookie, body)` of a GET with these headers.
-async fn get(h: &Harness, path: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
-    let mut req = h.bare().get(h.url(path));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = req.send().await.unwrap();
-    let cookie = support::set_cookie(&resp, "waitroom_shop");
-    (resp.status().as_u16(), cookie, resp.text().await.unwrap())
-}
-
 fn keys(json: &str) -> BTreeSet<String> {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
     v.as_object().unwrap().keys().cloned().collect()
 }
 
-async fn queued_in_store(h: &Harness) -> (u64, u64) {
-    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
-    (stats.active, stats.queued)
-}
-
 #[tokio::test]
 async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
     let h = daemon().await;
-    let (status, _, _) = get(&h, "/shop/", &[("cf-bot-score", "80")]).await;
+    let (status, _, _) = h.page("/shop/", &[("cf-bot-score", "80")]).await;
     assert_eq!(status, 200, "a person with a good score is let in");
     // A person waits: the queue page, position 1.
     let json = [("accept", "application/json")];
-    let (status, person, queued_json) = get(&h, "/shop/", &json).await;
+    let (status, person, queued_json) = h.page("/shop/", &json).await;
     assert_eq!(status, 200);
     let person = person.expect("a queue ticket");
     let v: serde_json::Value = serde_json::from_str(&queued_json).unwrap();
@@ -64,12 +48,12 @@ async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
         (v["state"].as_str(), v["position"].as_u64()),
         (Some("queued"), Some(1))
     );
-    assert_eq!(queued_in_store(&h).await, (1, 1));
+    assert_eq!(h.counts().await, (1, 1));
 
     // Ten are waiting, as the last upkeep saw it.
     h.daemon.gate().rooms.by_id("shop").unwrap().saw_queued(10);
     let bot = [("cf-bot-score", "5"), ("accept", "application/json")];
-    let (status, shadow, shadow_json) = get(&h, "/shop/", &bot).await;
+    let (status, shadow, shadow_json) = h.page("/shop/", &bot).await;
     assert_eq!(status, 200, "the same status as a queued visitor's");
     let shadow = shadow.expect("a ticket like a queued visitor's");
     assert_eq!(shadow.len(), person.len(), "a cookie of the same size");
@@ -84,14 +68,10 @@ async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
         (Some("queued"), Some(11))
     );
     // Its page is the queue page.
-    let (status, _, page) = get(&h, "/shop/", &[("cf-bot-score", "5")]).await;
+    let (status, _, page) = h.page("/shop/", &[("cf-bot-score", "5")]).await;
     assert_eq!(status, 200);
     assert!(page.contains("/__waitroom/status?room=shop"));
-    assert_eq!(
-        queued_in_store(&h).await,
-        (1, 1),
-        "the store never heard of it"
-    );
+    assert_eq!(h.counts().await, (1, 1), "the store never heard of it");
 
     // The room empties; the person is let in, the shadow place only crawls.
     let released = h
@@ -130,10 +110,10 @@ async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
         );
         last = position;
         // Its page load is no arrival either.
-        let (_, _, page) = get(&h, "/shop/", &[("cookie", &cookie)]).await;
+        let (_, _, page) = h.page("/shop/", &[("cookie", &cookie)]).await;
         assert!(page.contains("/__waitroom/status?room=shop"), "step {step}");
     }
-    let (active, queued) = queued_in_store(&h).await;
+    let (active, queued) = h.counts().await;
     assert_eq!((active, queued), (0, 0), "no session, no place, ever");
     // The admin API (and the dashboard) count them for this instance.
     let room: serde_json::Value = h
@@ -158,16 +138,16 @@ async fn a_low_bot_score_gets_a_shadow_place_that_never_moves_in() {
 async fn a_bot_score_counts_only_from_a_trusted_proxy_and_only_as_a_number() {
     let h = daemon().await;
     for score in ["", "abc", "99999999999", "-5", "29.5"] {
-        let (status, _, body) = get(
-            &h,
-            "/shop/",
-            &[("cf-bot-score", score), ("accept", "application/json")],
-        )
-        .await;
+        let (status, _, body) = h
+            .page(
+                "/shop/",
+                &[("cf-bot-score", score), ("accept", "application/json")],
+            )
+            .await;
         assert_eq!(status, 200, "{score:?}: {body}");
     }
     // The first of those was let in and the rest really queued: 4 places.
-    assert_eq!(queued_in_store(&h).await, (1, 4));
+    assert_eq!(h.counts().await, (1, 4));
     let untrusted = Harness::start(|c| {
         c.rooms[0].total_active_users = 1;
         c.rooms[0].bot_score = Some(BotScore {
@@ -177,10 +157,10 @@ async fn a_bot_score_counts_only_from_a_trusted_proxy_and_only_as_a_number() {
         c.rooms[0].failed_challenge = FailedChallenge::Shadow;
     })
     .await;
-    let (status, _, _) = get(&untrusted, "/shop/", &[("cf-bot-score", "1")]).await;
+    let (status, _, _) = untrusted.page("/shop/", &[("cf-bot-score", "1")]).await;
     assert_eq!(status, 200);
     assert_eq!(
-        queued_in_store(&untrusted).await,
+        untrusted.counts().await,
         (1, 0),
         "an untrusted peer's score is not read"
     );
@@ -194,7 +174,7 @@ async fn a_forged_proof_of_work_goes_to_the_shadow_queue() {
         c.rooms[0].failed_challenge = FailedChallenge::Shadow;
     })
     .await;
-    let (status, _, _) = get(&h, "/shop/", &[]).await;
+    let (status, _, _) = h.page("/shop/", &[]).await;
     assert_eq!(status, 200);
     // The room queues now: a newcomer is asked for the proof first.
     h.daemon
@@ -204,19 +184,19 @@ async fn a_forged_proof_of_work_goes_to_the_shadow_queue() {
         .unwrap()
         .set_queueing(true);
     let json = [("accept", "application/json")];
-    let (_, _, asked) = get(&h, "/shop/", &json).await;
+    let (_, _, asked) = h.page("/shop/", &json).await;
     let v: serde_json::Value = serde_json::from_str(&asked).unwrap();
     assert_eq!(v["state"], "challenge", "{v}");
     let forged = [
         ("accept", "application/json"),
         ("x-waitroom-proof", "w1.shop.1.8.AAAA.BBBB.1"),
     ];
-    let (status, ticket, body) = get(&h, "/shop/", &forged).await;
+    let (status, ticket, body) = h.page("/shop/", &forged).await;
     assert_eq!(status, 200);
     assert!(ticket.is_some());
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["state"], "queued", "a forged proof looks queued: {v}");
-    assert_eq!(queued_in_store(&h).await, (1, 0), "and holds nothing");
+    assert_eq!(h.counts().await, (1, 0), "and holds nothing");
     let metrics = h.metrics().await;
     assert!(metrics.contains(r#"outcome="shadowed"} 1"#), "{metrics}");
 }

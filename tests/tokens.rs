@@ -61,25 +61,17 @@ async fn daemon(required: bool, redis: Option<String>) -> Harness {
     .await
 }
 
-/// (status, the room's cookie, body) of `path` from address `ip`.
+/// (status, the room's cookie, body) of `path` from address `ip` (as the
+/// trusted proxy names it).
 async fn get(
     h: &Harness,
     path: &str,
     ip: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Option<String>, String) {
-    let mut req = h.bare().get(h.url(path)).header("x-forwarded-for", ip);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = req.send().await.unwrap();
-    let cookie = support::set_cookie(&resp, "waitroom_shop");
-    (resp.status().as_u16(), cookie, resp.text().await.unwrap())
-}
-
-async fn in_store(h: &Harness) -> (u64, u64) {
-    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
-    (stats.active, stats.queued)
+    let mut all = vec![("x-forwarded-for", ip)];
+    all.extend_from_slice(headers);
+    h.page(path, &all).await
 }
 
 fn json(body: &str) -> serde_json::Value {
@@ -107,7 +99,7 @@ async fn one_person_from_fifty_browsers_and_fifty_addresses_holds_one_place() {
         positions.push(v["position"].as_u64().unwrap());
     }
     assert!(positions.iter().all(|&p| p == 1), "{positions:?}");
-    assert_eq!(in_store(&h).await, (1, 1), "one place for the one person");
+    assert_eq!(h.counts().await, (1, 1), "one place for the one person");
     // Another person with a token of their own gets a place of their own.
     let other = token(claims(&h, "user-43"), SECRET);
     let (_, _, body) = get(
@@ -152,7 +144,7 @@ async fn one_person_holds_one_place_across_two_instances_on_one_redis() {
         positions.iter().all(|p| p.0 == "queued" && p.1 == 1),
         "{positions:?}"
     );
-    assert_eq!(in_store(&a).await, (1, 1));
+    assert_eq!(a.counts().await, (1, 1));
 }
 
 #[tokio::test]
@@ -217,7 +209,7 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
         assert_eq!((status, cookie), (403, None), "{why}: {body}");
         assert_eq!(json(&body)["state"], "token_refused", "{why}");
     }
-    assert_eq!(in_store(&h).await, (1, 0), "no refused token made a place");
+    assert_eq!(h.counts().await, (1, 0), "no refused token made a place");
     let metrics = h.metrics().await;
     assert!(
         metrics.contains(r#"outcome="token_replayed"} 1"#),
@@ -255,7 +247,7 @@ async fn a_required_token_turns_away_newcomers_without_one_in_their_language() {
     let (status, _, body) = get(&h, "/shop/", "203.0.113.1", &[JSON]).await;
     assert_eq!(status, 403);
     assert_eq!(json(&body)["error"], "an enqueue token is required");
-    assert_eq!(in_store(&h).await, (0, 0));
+    assert_eq!(h.counts().await, (0, 0));
     // With one: in, and its ticket carries it from then on.
     let t = token(claims(&h, "u1"), SECRET);
     let (status, cookie, _) = get(
@@ -270,7 +262,7 @@ async fn a_required_token_turns_away_newcomers_without_one_in_their_language() {
     h.clock.advance(Duration::from_secs(1));
     let (status, _, _) = get(&h, "/shop/next", "203.0.113.1", &[("cookie", &cookie)]).await;
     assert_eq!(status, 200, "the ticket carries the member on");
-    assert_eq!(in_store(&h).await, (1, 0));
+    assert_eq!(h.counts().await, (1, 0));
 }
 
 #[test]

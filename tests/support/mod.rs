@@ -202,6 +202,32 @@ impl Harness {
             .unwrap()
     }
 
+    /// A GET of `path` with these headers and no cookie jar: its status,
+    /// the shop room's ticket cookie it sets (the value), and its body.
+    pub async fn page(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, Option<String>, String) {
+        let mut req = self.bare().get(self.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        let cookie = set_cookie(&resp, "waitroom_shop");
+        (resp.status().as_u16(), cookie, resp.text().await.unwrap())
+    }
+
+    /// The first room's sessions and queue places, as the store counts them.
+    pub async fn counts(&self) -> (u64, u64) {
+        let stats = self
+            .store()
+            .stats(&self.policy(), self.clock_now())
+            .await
+            .unwrap();
+        (stats.active, stats.queued)
+    }
+
     /// The daemon's store.
     pub fn store(&self) -> SharedStore {
         self.daemon.gate().store.shared().clone()
