@@ -303,7 +303,7 @@ impl Gate {
                 visitor,
                 grant: Grant::Queued { .. },
                 ..
-            }) => self.store.release(&room, visitor, now).await,
+            }) => self.release(&room, visitor).await,
             // A shadow place holds nothing to end.
             Some(Ticket {
                 grant: Grant::Shadow { .. },

@@ -47,7 +47,7 @@ impl Gate {
     pub(super) fn shadowed(&self, room: &Room, ctx: &Ctx<'_>) -> Decision {
         room.metrics.shadowed.inc();
         let position = room.queued_seen() + 1;
-        self.shadow_poll(room, VisitorId::random(), ctx.now, position, ctx)
+        self.shadow_place(room, VisitorId::random(), ctx.now, position, ctx)
     }
 
     /// A shadow place's page or poll: limited like any poll, answered from
@@ -60,16 +60,26 @@ impl Gate {
         position: u64,
         ctx: &Ctx<'_>,
     ) -> Decision {
-        if since_ms != ctx.now {
-            if let Err(wait) = self.poll_limited(room, visitor, ctx) {
-                return Decision::SlowDown(wait);
-            }
+        if let Err(wait) = self.poll_limited(room, visitor, ctx) {
+            return Decision::SlowDown(wait);
         }
+        self.shadow_place(room, visitor, since_ms, position, ctx)
+    }
+
+    /// The shadow place's page (or JSON) and its ticket, re-issued.
+    fn shadow_place(
+        &self,
+        room: &Room,
+        visitor: VisitorId,
+        since_ms: Millis,
+        position: u64,
+        ctx: &Ctx<'_>,
+    ) -> Decision {
         let ticket = self
             .tickets
             .shadow(room, visitor, since_ms, position, ctx.now, ctx.net);
         Decision::Queued {
-            place: shadow_place(room, since_ms, position, ctx.now),
+            place: place_at(room, since_ms, position, ctx.now),
             ticket,
         }
     }
@@ -77,7 +87,7 @@ impl Gate {
 
 /// Where a shadow place stands at `now`: a step up per [`STEP_MS`] since
 /// it was given, never past the front; the queue at least that long.
-pub fn shadow_place(room: &Room, since_ms: Millis, position: u64, now: Millis) -> QueuePlace {
+pub fn place_at(room: &Room, since_ms: Millis, position: u64, now: Millis) -> QueuePlace {
     let moved = now.saturating_sub(since_ms) / STEP_MS;
     let position = position.saturating_sub(moved).max(1);
     QueuePlace {
