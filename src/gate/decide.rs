@@ -212,13 +212,12 @@ impl Gate {
             .map(|pt| self.tickets.keys().seal_note(PAGE_NOTE, &pt))
             .ok()
             .and_then(|s| HeaderValue::from_str(&s).ok());
-        let page = self.show(room, &note.shown, headers, now);
-        let page_status = page.status();
+        let page_status = note.shown.status(room);
         // nginx reads no body of a denial: its page comes from `{prefix}page`.
         let mut resp = if form == Form::Original {
             Response::new(empty())
         } else {
-            page
+            self.show(room, &note.shown, headers, now)
         };
         *resp.status_mut() = if form == Form::Original || page_status.is_success() {
             StatusCode::UNAUTHORIZED

@@ -482,7 +482,21 @@ impl Gate {
 
     /// Renders what the gate decided to show (the page, or JSON for apps
     /// that ask for it), for a request with these headers.
+    /// The status is [`Shown::status`]'s: decision mode tells a proxy
+    /// the status of a page it does not render.
     fn show(
+        &self,
+        room: Option<&Room>,
+        shown: &Shown,
+        headers: &HeaderMap,
+        now: Millis,
+    ) -> Response<Body> {
+        let mut resp = self.render(room, shown, headers, now);
+        *resp.status_mut() = shown.status(room);
+        resp
+    }
+
+    fn render(
         &self,
         room: Option<&Room>,
         shown: &Shown,
@@ -551,7 +565,7 @@ impl Gate {
                 pages::too_many_arrivals(Duration::from_millis(*ms), &reply)
             }
             Shown::Unavailable | Shown::Shed => pages::store_unavailable(room, &reply),
-            Shown::Refused { .. } | Shown::NotFound => self.show(None, shown, headers, now),
+            Shown::Refused { .. } | Shown::NotFound => self.render(None, shown, headers, now),
         }
     }
 

@@ -114,6 +114,24 @@ pub enum Shown {
 }
 
 impl Shown {
+    /// The status its page is answered with (for a room's page, `room`).
+    pub fn status(&self, room: Option<&Room>) -> StatusCode {
+        match (room, self) {
+            (Some(room), Shown::Queue { .. } | Shown::Challenge { .. } | Shown::Captcha) => {
+                room.config.queue_status_code
+            }
+            (Some(_), Shown::Rejected { .. } | Shown::Unavailable | Shown::Shed) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            (Some(_), Shown::SlowDown { .. } | Shown::TooManyArrivals { .. }) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            (_, Shown::TokenRefused { .. }) => StatusCode::FORBIDDEN,
+            (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::NOT_FOUND,
+        }
+    }
+
     /// Its name in the access log.
     pub fn outcome(&self) -> &'static str {
         match self {
