@@ -143,7 +143,7 @@ impl Gate {
                 Unmatched::NotFound => self.deny(None, Shown::NotFound, headers, form, ctx.now),
             };
         };
-        if room.bypasses(&key, ctx.client, headers) {
+        if room.bypasses(&key, ctx.canonical.path(), ctx.client, headers) {
             return self.let_in(Some(&room), None, ctx.now, "bypass");
         }
         let decision = match self.ticket(&room, headers, &ctx).await {

@@ -402,7 +402,7 @@ impl Gate {
         };
 
         // Phase 3: bypass.
-        if room.bypasses(&key, ctx.client, req.headers()) {
+        if room.bypasses(&key, ctx.canonical.path(), ctx.client, req.headers()) {
             let upgrades = room.config.bypass_upgrades;
             let resp = self.forward(req, &ctx, Some(&room), None, upgrades).await;
             return self.marked(resp, Some(&room), "bypass");

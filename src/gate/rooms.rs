@@ -440,14 +440,16 @@ impl Room {
 
     /// Whether this request skips the waiting room (docs/how-it-works.md,
     /// "How a request is handled", step 4).
-    /// `path` is the canonical request's match key; bypass paths cover
-    /// whole segments (`/static/` never covers `/staticX`).
-    pub fn bypasses(&self, path: &str, client: IpAddr, headers: &HeaderMap) -> bool {
+    /// `key` is the canonical request's match key and `path` its canonical
+    /// path: a bypass path must cover both, since the key folds spellings
+    /// (`/static./shop` to `/static/shop`) that an origin which does not
+    /// fold them serves elsewhere. Bypass paths cover whole segments
+    /// (`/static/` never covers `/staticX`).
+    pub fn bypasses(&self, key: &str, path: &str, client: IpAddr, headers: &HeaderMap) -> bool {
         let c = &self.config;
-        c.bypass_paths
-            .iter()
-            .any(|p| covers(p, path, c.case_insensitive_paths))
-            || c.bypass_ips.iter().any(|net| net.contains(&client))
+        c.bypass_paths.iter().any(|p| {
+            covers(p, key, c.case_insensitive_paths) && covers(p, path, c.case_insensitive_paths)
+        }) || c.bypass_ips.iter().any(|net| net.contains(&client))
             || c.bypass_header.as_ref().is_some_and(|(name, secret)| {
                 let mut values = headers.get_all(name).iter();
                 // One value, exactly the secret: a repeated header is no bypass.
