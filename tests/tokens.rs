@@ -306,3 +306,27 @@ fn the_keys_come_from_the_environment_and_a_jwks_file() {
         assert!(err.to_string().contains(key), "{key}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_token_passed_round_many_networks_is_a_shared_ticket() {
+    let h = daemon(false, None).await;
+    let t = token(claims(&h, "bob"), SECRET);
+    // Four networks (cookie.max_networks_per_session) are one person
+    // moving about; the fifth is a token passed round.
+    for n in 1..=4 {
+        let ip = format!("198.51.{n}.7");
+        let (status, _, body) = get(&h, "/shop/", &ip, &[JSON, ("x-waitroom-token", &t)]).await;
+        assert_eq!(status, 200, "network {n}: {body}");
+    }
+    let (status, cookie, body) = get(
+        &h,
+        "/shop/",
+        "198.51.5.7",
+        &[JSON, ("x-waitroom-token", &t)],
+    )
+    .await;
+    assert_eq!((status, cookie), (403, None), "{body}");
+    assert_eq!(json(&body)["state"], "token_refused");
+    let metrics = h.metrics().await;
+    assert!(metrics.contains(r#"outcome="shared"} 1"#), "{metrics}");
+}

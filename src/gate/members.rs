@@ -109,6 +109,27 @@ impl Gate {
                 return Ok(Entry::Refused { missing: false });
             }
         }
+        let visitor = self.member_id(room, &claims.sub);
+        // A token passed round is a shared ticket: its networks count
+        // with those of the member's session (`Gate::moved_network`).
+        let max = self.tickets.max_networks;
+        if max > 0 {
+            let set = format!("nets:{}", visitor.to_hex());
+            let noted = self
+                .store
+                .note(room, &set, &[ctx.net], until, ctx.now)
+                .await?;
+            if noted.size > max {
+                room.metrics.shared.inc();
+                tracing::warn!(
+                    room = %room.config.id,
+                    networks = noted.size,
+                    limit = max,
+                    "an enqueue token was used from too many networks; refused"
+                );
+                return Ok(Entry::Refused { missing: false });
+            }
+        }
         room.metrics.token_verified.inc();
         let noted = self
             .store
@@ -119,7 +140,7 @@ impl Gate {
             // they find their own place, not a second one.
             room.metrics.token_folded.inc();
         }
-        Ok(Entry::Member(self.member_id(room, &claims.sub)))
+        Ok(Entry::Member(visitor))
     }
 
     /// The visitor id the room knows `sub` by.
