@@ -49,6 +49,7 @@ fn room() -> RoomPolicy {
         arrival_grace_ms: 40_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

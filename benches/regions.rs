@@ -198,6 +198,7 @@ fn policy(room: &str) -> RoomPolicy {
         arrival_grace_ms: GRACE_MS,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

@@ -29,6 +29,7 @@ fn policy(room: &str) -> RoomPolicy {
         arrival_grace_ms: 40_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

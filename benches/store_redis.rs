@@ -51,6 +51,7 @@ fn room(name: &str, cap: u64) -> RoomPolicy {
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

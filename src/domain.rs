@@ -118,6 +118,47 @@ pub struct RoomPolicy {
     /// policy (`StoreError::Stale` in `store`): the caller reads the new changes
     /// and asks again.
     pub revision: u64,
+    /// The room's priority lanes (none by default).
+    pub lanes: Lanes,
+}
+
+/// Most priority lanes a room may have beside its general queue.
+pub const MAX_LANES: usize = 4;
+
+/// A room's priority lanes as the store sees them: lane 0 is the general
+/// queue, lanes `1..=count` the configured ones, in the order configured.
+/// Each lane's share of admissions while several lanes wait is in
+/// thousandths; a share of 0 (the general queue when the lanes' shares
+/// add up to 1) is served only while no lane with a share waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lanes {
+    pub count: u8,
+    pub shares: [u16; MAX_LANES + 1],
+}
+
+impl Lanes {
+    /// No lanes: everyone waits in the general queue.
+    pub const NONE: Lanes = Lanes {
+        count: 0,
+        shares: [0; MAX_LANES + 1],
+    };
+
+    /// Lanes with these shares (thousandths, at most [`MAX_LANES`] of them,
+    /// adding up to at most 1000); the general queue gets what is left.
+    pub fn with_shares(shares: &[u16]) -> Lanes {
+        let mut lanes = Lanes::NONE;
+        let n = shares.len().min(MAX_LANES);
+        lanes.count = n as u8;
+        lanes.shares[1..=n].copy_from_slice(&shares[..n]);
+        let taken: u32 = shares[..n].iter().map(|&s| u32::from(s)).sum();
+        lanes.shares[0] = 1000u32.saturating_sub(taken) as u16;
+        lanes
+    }
+
+    /// Whether the room has any.
+    pub fn any(&self) -> bool {
+        self.count > 0
+    }
 }
 
 /// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).

@@ -383,6 +383,7 @@ async fn cluster_drill(acks: u32) -> ClusterDrill {
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     };
     let vid = |n: u64| {
         let mut b = [0u8; 16];

@@ -26,8 +26,8 @@ use waitroom::store::memory::MemoryStore;
 use waitroom::store::model::ModelStore;
 use waitroom::store::redis::{Layout, RedisStore};
 use waitroom::store::{
-    next_seq, EventStart, QueueingMethod, RoomPolicy, RoomState, SharedStore, Store, Verdict,
-    VisitorId,
+    next_seq, EventStart, Lanes, QueueingMethod, RoomPolicy, RoomState, SharedStore, Store,
+    Verdict, VisitorId, MAX_LANES,
 };
 
 /// 2027-01-15.
@@ -42,6 +42,18 @@ enum Op {
     /// This many newcomers arrive at once (concurrently: a store may decide
     /// them in one call).
     Burst(u8),
+    /// A newcomer arrives in a priority lane (this number picks which; the
+    /// general queue while the room has none).
+    LaneArrive(u8),
+    /// A visitor that came by a lane arrives again without a ticket (as a
+    /// token's member id does), into a lane this number picks: it keeps
+    /// what it holds, in any lane. (Only those: a newcomer's id is made
+    /// for it and never arrives twice, so its batched session is not
+    /// looked up by id.)
+    Again(u16),
+    /// The room's lanes become two, with the shares this number picks
+    /// (from then on it has two lanes; their shares may change again).
+    Lanes(u8),
     /// A visitor holding a queue ticket polls with it.
     Poll(u16),
     /// A visitor polls with the queue ticket it held before it was
@@ -77,6 +89,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         20 => (1u8..=8).prop_map(Op::Burst),
+        8 => any::<u8>().prop_map(Op::LaneArrive),
+        2 => any::<u16>().prop_map(Op::Again),
+        2 => (0u8..4).prop_map(Op::Lanes),
         25 => any::<u16>().prop_map(Op::Poll),
         3 => any::<u16>().prop_map(Op::Replay),
         10 => any::<u16>().prop_map(Op::CheckIn),
@@ -111,6 +126,10 @@ enum Ticket {
 #[derive(Clone, Debug)]
 struct Visitor {
     id: VisitorId,
+    /// The lane its queue ticket names.
+    lane: u8,
+    /// It came through `arrive_in` (its id may arrive again).
+    by_lane: bool,
     ticket: Ticket,
     /// The last queue ticket it held (kept after an admission): its seq
     /// and when it lapses.
@@ -188,6 +207,14 @@ impl Case<'_> {
         (!fit.is_empty()).then(|| fit[k as usize % fit.len()])
     }
 
+    /// The lane `k` picks: one of the room's, or the general queue.
+    fn lane_of(&self, k: u8) -> u8 {
+        match self.p.lanes.count {
+            0 => 0,
+            n => 1 + k % n,
+        }
+    }
+
     /// The visitor now holds what `v` gave it.
     fn hold(&mut self, i: usize, v: &Verdict) {
         let lapses = self.now + self.p.abandon_after_ms;
@@ -244,12 +271,63 @@ impl Case<'_> {
                     }
                     self.visitors.push(Visitor {
                         id,
+                        lane: 0,
+                        by_lane: false,
                         ticket: Ticket::None,
                         old_queue: None,
                     });
                     let i = self.visitors.len() - 1;
                     self.hold(i, &verdict);
                 }
+            }
+            Op::LaneArrive(k) => {
+                let lane = self.lane_of(k);
+                let id = VisitorId::random();
+                let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
+                let store = self.store.arrive_in(&p, id, lane, now).await.expect("lane");
+                if self.trace {
+                    eprintln!(
+                        "   visitor {} lane {lane}: model {model:?} store {store:?}",
+                        self.visitors.len()
+                    );
+                }
+                if !self.diverged {
+                    agree("arrive in a lane", &model, &store, d, self.lost)?;
+                }
+                self.visitors.push(Visitor {
+                    id,
+                    lane,
+                    by_lane: true,
+                    ticket: Ticket::None,
+                    old_queue: None,
+                });
+                let i = self.visitors.len() - 1;
+                self.hold(i, &store);
+            }
+            Op::Again(k) => {
+                let Some(i) = self.pick(k, |v| v.by_lane) else {
+                    return Ok(());
+                };
+                let lane = self.lane_of((k >> 8) as u8);
+                let id = self.visitors[i].id;
+                let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
+                let store = self.store.arrive_in(&p, id, lane, now).await.expect("again");
+                if self.trace {
+                    eprintln!("   visitor {i} again, lane {lane}: model {model:?} store {store:?}");
+                }
+                if !self.diverged {
+                    agree("arrive again", &model, &store, d, self.lost)?;
+                }
+                if matches!(store, Verdict::Queued(_)) {
+                    // A new place or its old one, found by visitor: in the
+                    // lane the model says it waits in.
+                    self.visitors[i].lane = self.model.lane_of(&p, id);
+                }
+                self.hold(i, &store);
+            }
+            Op::Lanes(k) => {
+                let shares: [&[u16]; 4] = [&[300, 200], &[500, 500], &[100, 100], &[700, 100]];
+                self.p.lanes = Lanes::with_shares(shares[k as usize % 4]);
             }
             Op::Poll(k) | Op::Replay(k) => {
                 let replay = matches!(op, Op::Replay(_));
@@ -268,9 +346,13 @@ impl Case<'_> {
                     (_, Some((seq, _))) => seq,
                     _ => return Ok(()),
                 };
-                let id = self.visitors[i].id;
-                let model = self.model.poll(&p, id, seq, now).await.unwrap();
-                let store = self.store.poll(&p, id, seq, now).await.expect("poll");
+                let (id, lane) = (self.visitors[i].id, self.visitors[i].lane);
+                let model = self.model.poll_in(&p, id, lane, seq, now).await.unwrap();
+                let store = self
+                    .store
+                    .poll_in(&p, id, lane, seq, now)
+                    .await
+                    .expect("poll");
                 if self.trace {
                     eprintln!("   visitor {i} seq {seq}: model {model:?} store {store:?}");
                 }
@@ -521,6 +603,7 @@ fn policy() -> RoomPolicy {
         arrival_grace_ms: GRACE,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 
@@ -682,6 +765,16 @@ fn redis_run(urls: Vec<String>, what: Run<'_>) {
                 .unwrap();
             if removed == 1 {
                 return;
+            }
+            for lane in 1..=MAX_LANES {
+                let removed: i64 = redis::cmd("ZREM")
+                    .arg(format!("wr:{{{room}}}:lane:{lane}"))
+                    .arg(&hex)
+                    .query(c)
+                    .unwrap();
+                if removed == 1 {
+                    return;
+                }
             }
             let chunks: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("wr:{{{room}}}:tail_ids:*"))
@@ -897,6 +990,9 @@ fn parse_ops(text: &str) -> Vec<Op> {
         };
         let op = match item.split(['(', '{', ',']).next().unwrap() {
             "Burst" => Op::Burst(arg() as u8),
+            "LaneArrive" => Op::LaneArrive(arg() as u8),
+            "Again" => Op::Again(arg() as u16),
+            "Lanes" => Op::Lanes(arg() as u8),
             "Poll" => Op::Poll(arg() as u16),
             "Replay" => Op::Replay(arg() as u16),
             "CheckIn" => Op::CheckIn(arg() as u16),

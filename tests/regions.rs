@@ -44,6 +44,7 @@ fn policy(cap: u64, session_ms: Millis) -> RoomPolicy {
         arrival_grace_ms: 1_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ fn any_policy() -> RoomPolicy {
         arrival_grace_ms: 0,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 
@@ -79,6 +80,7 @@ async fn footprint(n: u64) {
             arrival_grace_ms: 40_000,
             state: RoomState::Open,
             revision: 0,
+            lanes: Default::default(),
         };
         let ids: Vec<VisitorId> = (0..2 * n).map(|_| VisitorId::random()).collect();
         let before = rss_bytes();

@@ -41,6 +41,7 @@ fn policy(cap: u64, rate: u64) -> RoomPolicy {
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

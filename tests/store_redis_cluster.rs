@@ -88,6 +88,7 @@ fn room(name: &str) -> RoomPolicy {
         arrival_grace_ms: 30_000,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

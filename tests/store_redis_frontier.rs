@@ -39,6 +39,7 @@ fn room(name: &str) -> RoomPolicy {
         arrival_grace_ms: 40 * SECOND,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 

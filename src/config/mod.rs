@@ -410,6 +410,7 @@ impl RoomConfig {
             arrival_grace_ms: self.refresh_interval.as_millis() as u64 * 2,
             state: self.state,
             revision: 0,
+            lanes: Default::default(),
         }
     }
 

@@ -351,6 +351,7 @@ mod tests {
             arrival_grace_ms: 10_000,
             state: RoomState::Open,
             revision: 0,
+            lanes: Default::default(),
         }
     }
 

@@ -43,8 +43,8 @@ pub mod model;
 pub mod redis;
 
 pub use crate::domain::{
-    EventSpec, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, Settings,
-    VisitorId, MAX_CHECK_IN_MS, MIN_CHECK_IN_MS,
+    EventSpec, Lanes, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
+    Settings, VisitorId, MAX_CHECK_IN_MS, MIN_CHECK_IN_MS, MAX_LANES,
 };
 
 use std::sync::Arc;
@@ -103,14 +103,81 @@ pub fn minstd_seed(seed: u64) -> u64 {
     seed % 2_147_483_646 + 1
 }
 
+/// Whose turn it is among a room's lanes: stride scheduling. Each lane has
+/// a pass; the waiting lane with the lowest pass (ties: the configured
+/// lanes in order, then the general queue) is served next and its pass
+/// moves on by `STRIDE / share`, so while several lanes wait each gets its
+/// share of admissions, and a lane nobody waits in neither blocks the
+/// others nor saves up turns (a lane that starts waiting again starts at
+/// the pass of the last lane served). Integers only, so Redis' copy
+/// (`lua/lib/lanes.lua`) picks exactly as this one does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneTurns {
+    /// The pass of the lane served last.
+    pub virtual_time: u64,
+    pub pass: [u64; MAX_LANES + 1],
+}
+
+/// One turn of a lane with a share of 1 (a thousandth moves a pass 1000
+/// times as far).
+pub const STRIDE: u64 = 1_000_000;
+
+/// Passes are brought back toward 0 past this, all by the same amount.
+pub const PASS_LIMIT: u64 = 1 << 50;
+
+impl LaneTurns {
+    /// The lane (0 = the general queue) the next admission goes to, of
+    /// those for which `waiting` holds, and its turn taken; `None` if
+    /// nobody waits.
+    pub fn take(&mut self, lanes: &Lanes, waiting: impl Fn(usize) -> bool) -> Option<usize> {
+        let order = (1..=usize::from(lanes.count)).chain(std::iter::once(0));
+        let mut best: Option<(usize, u64)> = None;
+        for lane in order.clone() {
+            if lanes.shares[lane] == 0 || !waiting(lane) {
+                continue;
+            }
+            let pass = self.pass[lane].max(self.virtual_time);
+            if best.is_none_or(|(_, b)| pass < b) {
+                best = Some((lane, pass));
+            }
+        }
+        let Some((lane, pass)) = best else {
+            return order.into_iter().find(|&lane| waiting(lane));
+        };
+        self.virtual_time = pass;
+        self.pass[lane] = pass + STRIDE / u64::from(lanes.shares[lane]);
+        if self.virtual_time > PASS_LIMIT {
+            let by = self.virtual_time;
+            self.virtual_time = 0;
+            for p in &mut self.pass {
+                *p = p.saturating_sub(by);
+            }
+        }
+        Some(lane)
+    }
+}
+
+/// `lane` as an index into a room's lanes (0: the general queue), or an
+/// error if the room has no such lane (its configuration changed under a
+/// ticket: the gate then treats the ticket's lane as the general queue).
+pub fn lane_index(room: &RoomPolicy, lane: u8) -> Result<usize, StoreError> {
+    if lane > room.lanes.count {
+        return Err(StoreError::Protocol(format!(
+            "room {} has no lane {lane}",
+            room.room
+        )));
+    }
+    Ok(usize::from(lane))
+}
+
 /// Where a queued visitor stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueuePlace {
     /// The visitor's order in the room (carried in the ticket; see `next_seq`).
     pub seq: u64,
-    /// 1-based position among the visitors still waiting.
+    /// 1-based position among the visitors still waiting in its lane.
     pub position: u64,
-    /// Number of visitors waiting.
+    /// Number of visitors waiting in its lane.
     pub queue_length: u64,
 }
 
@@ -138,6 +205,8 @@ pub struct RoomStats {
     pub admitted_last_minute: u64,
     /// Time of the oldest admission in that window, if any (for the ETA rate).
     pub oldest_admission_ms: Option<Millis>,
+    /// Of `queued`, those waiting in each priority lane (lane 1 first).
+    pub lane_queued: [u64; MAX_LANES],
 }
 
 /// Cumulative counts the store keeps per room (for metrics).
@@ -230,6 +299,40 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         self.arrive(room, visitor, now_ms).await
+    }
+
+    /// `arrive` into a priority lane (`lane` in `1..=room.lanes.count`; 0
+    /// is the general queue, as `arrive`): a visitor the room already
+    /// holds, in any lane, gets its session or place back; a newcomer waits
+    /// at the back of its lane.
+    /// (A store without lanes answers lane 0 only.)
+    async fn arrive_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match lane {
+            0 => self.arrive(room, visitor, now_ms).await,
+            _ => Err(StoreError::Protocol("this store has no lanes".into())),
+        }
+    }
+
+    /// `poll` of a visitor whose ticket says it waits in `lane`: a place
+    /// the store lost is put back in that lane at `seq` (I5).
+    async fn poll_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match lane {
+            0 => self.poll(room, visitor, seq, now_ms).await,
+            _ => Err(StoreError::Protocol("this store has no lanes".into())),
+        }
     }
 
     /// A queued visitor polls. `seq` is the order its ticket carries: if the

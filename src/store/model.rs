@@ -28,9 +28,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    next_seq, EventStart, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
-    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
-    RATE_WINDOW_MS,
+    next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod, RejectReason,
+    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict,
+    VisitorId, MAX_LANES, RATE_WINDOW_MS,
 };
 use crate::clock::Millis;
 
@@ -52,8 +52,12 @@ pub struct ModelRoom {
     pub ended: BTreeMap<VisitorId, Millis>,
     /// One entry per admission, its time.
     pub admissions: Vec<Millis>,
-    /// Ordered by (seq, visitor).
+    /// The general queue, ordered by (seq, visitor).
     pub queue: Vec<Waiting>,
+    /// The priority lanes (lane 1 first), each ordered as `queue`.
+    pub lanes: [Vec<Waiting>; MAX_LANES],
+    /// Whose turn it is among the lanes.
+    pub turns: LaneTurns,
     pub last_seq: u64,
     pub reset_floor: u64,
     pub started_event: Option<String>,
@@ -68,9 +72,13 @@ impl ModelRoom {
         self.admissions.retain(|at| *at > cutoff);
         if p.abandon_after_ms > 0 {
             let seen = now.saturating_sub(p.abandon_after_ms);
-            let before = self.queue.len();
-            self.queue.retain(|w| w.last_poll >= seen);
-            self.totals.abandoned += (before - self.queue.len()) as u64;
+            for lane in 0..=MAX_LANES {
+                let line = self.line_mut(lane);
+                let before = line.len();
+                line.retain(|w| w.last_poll >= seen);
+                let gone = (before - line.len()) as u64;
+                self.totals.abandoned += gone;
+            }
         }
         self.promote(p, now);
     }
@@ -89,15 +97,54 @@ impl ModelRoom {
             return;
         }
         let expires = now + p.session_duration_ms + p.arrival_grace_ms;
-        while !self.queue.is_empty() && self.has_room(p) {
+        while self.has_room(p) {
+            let lanes = &self.lanes;
+            let queue = &self.queue;
+            let waiting = |lane: usize| match lane {
+                0 => !queue.is_empty(),
+                _ => !lanes[lane - 1].is_empty(),
+            };
+            let Some(lane) = self.turns.take(&p.lanes, waiting) else {
+                break;
+            };
             let at = match p.method {
-                QueueingMethod::Random => rand::thread_rng().gen_range(0..self.queue.len()),
+                QueueingMethod::Random if lane == 0 => {
+                    rand::thread_rng().gen_range(0..self.queue.len())
+                }
                 _ => 0,
             };
-            let w = self.queue.remove(at);
+            let w = self.line_mut(lane).remove(at);
             self.admit(w.visitor, expires, now);
             self.used_place(p, w.visitor, now);
         }
+    }
+
+    /// The visitors waiting in `lane` (0: the general queue).
+    pub fn line(&self, lane: usize) -> &Vec<Waiting> {
+        match lane {
+            0 => &self.queue,
+            _ => &self.lanes[lane - 1],
+        }
+    }
+
+    fn line_mut(&mut self, lane: usize) -> &mut Vec<Waiting> {
+        match lane {
+            0 => &mut self.queue,
+            _ => &mut self.lanes[lane - 1],
+        }
+    }
+
+    /// Everyone waiting, in every lane.
+    pub fn waiting(&self) -> usize {
+        (0..=MAX_LANES).map(|lane| self.line(lane).len()).sum()
+    }
+
+    /// The lane a visitor waits in and its index there.
+    fn find(&self, visitor: VisitorId) -> Option<(usize, usize)> {
+        (0..=MAX_LANES).find_map(|lane| {
+            let at = self.line(lane).iter().position(|w| w.visitor == visitor)?;
+            Some((lane, at))
+        })
     }
 
     fn admit(&mut self, visitor: VisitorId, expires: Millis, now: Millis) -> Verdict {
@@ -119,23 +166,19 @@ impl ModelRoom {
         *mark = (*mark).max(until);
     }
 
-    fn position(&self, visitor: VisitorId) -> Option<usize> {
-        self.queue.iter().position(|w| w.visitor == visitor)
-    }
-
-    fn place(&self, at: usize) -> Verdict {
+    fn place(&self, lane: usize, at: usize) -> Verdict {
+        let line = self.line(lane);
         Verdict::Queued(QueuePlace {
-            seq: self.queue[at].seq,
+            seq: line[at].seq,
             position: at as u64 + 1,
-            queue_length: self.queue.len() as u64,
+            queue_length: line.len() as u64,
         })
     }
 
-    fn enqueue(&mut self, visitor: VisitorId, seq: u64, now: Millis) -> usize {
-        let at = self
-            .queue
-            .partition_point(|w| (w.seq, w.visitor) < (seq, visitor));
-        self.queue.insert(
+    fn enqueue(&mut self, lane: usize, visitor: VisitorId, seq: u64, now: Millis) -> usize {
+        let line = self.line_mut(lane);
+        let at = line.partition_point(|w| (w.seq, w.visitor) < (seq, visitor));
+        line.insert(
             at,
             Waiting {
                 visitor,
@@ -146,7 +189,7 @@ impl ModelRoom {
         at
     }
 
-    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> Verdict {
+    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, lane: usize, now: Millis) -> Verdict {
         self.housekeeping(p, now);
         if let Some(&expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
@@ -157,8 +200,8 @@ impl ModelRoom {
             self.totals.rejected += 1;
             return Verdict::Rejected(RejectReason::Closed);
         }
-        if let Some(at) = self.position(visitor) {
-            return self.place(at);
+        if let Some((lane, at)) = self.find(visitor) {
+            return self.place(lane, at);
         }
         let fresh = now + p.session_duration_ms;
         let open = p.state == RoomState::Open;
@@ -173,33 +216,41 @@ impl ModelRoom {
                 }
             }
             _ => {
-                if open && self.queue.is_empty() && self.has_room(p) {
+                if open && self.waiting() == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh, now);
                 }
-                if p.max_queue_length > 0 && self.queue.len() as u64 >= p.max_queue_length {
+                if p.max_queue_length > 0 && self.line(lane).len() as u64 >= p.max_queue_length
+                {
                     self.totals.rejected += 1;
                     return Verdict::Rejected(RejectReason::QueueFull);
                 }
                 let seq = next_seq(now, self.last_seq);
                 self.last_seq = seq;
-                let at = self.enqueue(visitor, seq, now);
+                let at = self.enqueue(lane, visitor, seq, now);
                 self.totals.queued += 1;
-                self.place(at)
+                self.place(lane, at)
             }
         }
     }
 
-    fn poll(&mut self, p: &RoomPolicy, visitor: VisitorId, seq: u64, now: Millis) -> Verdict {
+    fn poll(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        lane: usize,
+        seq: u64,
+        now: Millis,
+    ) -> Verdict {
         self.housekeeping(p, now);
         if let Some(&expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
                 session_expires_ms: expires,
             };
         }
-        let existing = self.position(visitor);
+        let existing = self.line(lane).iter().position(|w| w.visitor == visitor);
         if p.state == RoomState::Closed {
             if let Some(at) = existing {
-                self.queue[at].last_poll = now;
+                self.line_mut(lane)[at].last_poll = now;
             }
             return Verdict::Rejected(RejectReason::Closed);
         }
@@ -210,29 +261,29 @@ impl ModelRoom {
                 return Verdict::Ended;
             }
             if let Some(at) = existing {
-                self.queue.remove(at);
+                self.line_mut(lane).remove(at);
             }
             self.used_place(p, visitor, now);
             return self.admit(visitor, now + p.session_duration_ms, now);
         }
         if let Some(at) = existing {
-            self.queue[at].last_poll = now;
-            return self.place(at);
+            self.line_mut(lane)[at].last_poll = now;
+            return self.place(lane, at);
         }
         if seq <= self.reset_floor || self.ended.contains_key(&visitor) {
             return Verdict::Ended;
         }
         // I5: the store lost this place; the ticket says where it stood.
         self.last_seq = self.last_seq.max(seq);
-        self.enqueue(visitor, seq, now);
+        self.enqueue(lane, visitor, seq, now);
         self.promote(p, now);
         if let Some(&expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
                 session_expires_ms: expires,
             };
         }
-        match self.position(visitor) {
-            Some(at) => self.place(at),
+        match self.find(visitor) {
+            Some((lane, at)) => self.place(lane, at),
             None => Verdict::Ended,
         }
     }
@@ -266,9 +317,9 @@ impl ModelRoom {
             self.mark_ended(visitor, expires.max(now + p.abandon_after_ms));
             return true;
         }
-        match self.position(visitor) {
-            Some(at) => {
-                self.queue.remove(at);
+        match self.find(visitor) {
+            Some((lane, at)) => {
+                self.line_mut(lane).remove(at);
                 self.mark_ended(visitor, now + p.abandon_after_ms);
                 true
             }
@@ -296,9 +347,10 @@ impl ModelRoom {
         self.housekeeping(p, now);
         RoomStats {
             active: self.sessions.len() as u64,
-            queued: self.queue.len() as u64,
+            queued: self.waiting() as u64,
             admitted_last_minute: self.admissions.len() as u64,
             oldest_admission_ms: self.admissions.iter().min().copied(),
+            lane_queued: std::array::from_fn(|i| self.lanes[i].len() as u64),
         }
     }
 
@@ -336,10 +388,15 @@ impl ModelRoom {
         super::shuffle(moved.as_mut_slice(), event.seed);
         let first = super::shuffled_first(lo, moved.len() as u64, self.reset_floor);
         for (i, visitor) in moved.iter().enumerate() {
-            self.enqueue(*visitor, first + i as u64, now);
+            self.enqueue(0, *visitor, first + i as u64, now);
         }
         moved.len() as u64
     }
+}
+
+/// `lane` as an index, if the room has it.
+fn checked_lane(room: &RoomPolicy, lane: u8) -> Result<usize, StoreError> {
+    super::lane_index(room, lane)
 }
 
 /// The reference model as a [`Store`].
@@ -370,9 +427,18 @@ impl ModelStore {
         })
     }
 
+    /// The lane a visitor waits in (0 when it waits in none).
+    pub fn lane_of(&self, p: &RoomPolicy, visitor: VisitorId) -> u8 {
+        self.with(p, |r| r.find(visitor).map_or(0, |(lane, _)| lane as u8))
+    }
+
     /// Forgets a visitor's queue entry, as a store that lost it would.
     pub fn lose(&self, p: &RoomPolicy, visitor: VisitorId) {
-        self.with(p, |r| r.queue.retain(|w| w.visitor != visitor));
+        self.with(p, |r| {
+            for lane in 0..=MAX_LANES {
+                r.line_mut(lane).retain(|w| w.visitor != visitor);
+            }
+        });
     }
 
     /// Forgets the whole room, as a flushed store would (overrides are
@@ -390,7 +456,30 @@ impl Store for ModelStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        Ok(self.with(room, |r| r.arrive(room, visitor, now_ms)))
+        Ok(self.with(room, |r| r.arrive(room, visitor, 0, now_ms)))
+    }
+
+    async fn arrive_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let lane = checked_lane(room, lane)?;
+        Ok(self.with(room, |r| r.arrive(room, visitor, lane, now_ms)))
+    }
+
+    async fn poll_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let lane = checked_lane(room, lane)?;
+        Ok(self.with(room, |r| r.poll(room, visitor, lane, seq, now_ms)))
     }
 
     async fn poll(
@@ -400,7 +489,7 @@ impl Store for ModelStore {
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        Ok(self.with(room, |r| r.poll(room, visitor, seq, now_ms)))
+        Ok(self.with(room, |r| r.poll(room, visitor, 0, seq, now_ms)))
     }
 
     async fn check_in(

@@ -125,6 +125,7 @@ fn room(case: &str) -> RoomPolicy {
         arrival_grace_ms: GRACE,
         state: RoomState::Open,
         revision: 0,
+        lanes: Default::default(),
     }
 }
 
@@ -1218,6 +1219,7 @@ pub async fn stats_and_totals_report_exact_figures(h: &Harness) {
             queued: 1,
             admitted_last_minute: 3,
             oldest_admission_ms: Some(T0),
+            lane_queued: [0; 4],
         }
     );
     let s = r.stats(T0 + MINUTE).await;

@@ -42,8 +42,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    next_seq, EventStart, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
-    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+    lane_index, next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod,
+    RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store,
+    StoreError, Verdict, VisitorId, MAX_LANES,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};
@@ -98,9 +99,9 @@ impl MemoryStore {
     /// that lost its data would: the conformance suite's way to prove that
     /// tickets put lost entries back (I5). Not used by the daemon.
     pub fn lose_queue_entry(&self, room: &RoomPolicy, visitor: VisitorId) -> bool {
-        self.with_room(room, |r| match r.queue.find(&visitor) {
-            Some(node) => {
-                r.queue.remove(node);
+        self.with_room(room, |r| match r.find(&visitor) {
+            Some((lane, node)) => {
+                r.line_mut(lane).remove(node);
                 true
             }
             None => false,
@@ -166,7 +167,30 @@ impl Store for MemoryStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        Ok(self.with_room(room, |r| r.arrive(room, visitor, now_ms)))
+        Ok(self.with_room(room, |r| r.arrive(room, visitor, 0, now_ms)))
+    }
+
+    async fn arrive_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let lane = lane_index(room, lane)?;
+        Ok(self.with_room(room, |r| r.arrive(room, visitor, lane, now_ms)))
+    }
+
+    async fn poll_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let lane = lane_index(room, lane)?;
+        Ok(self.with_room(room, |r| r.poll(room, visitor, lane, seq, now_ms)))
     }
 
     async fn poll(
@@ -176,7 +200,7 @@ impl Store for MemoryStore {
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        Ok(self.with_room(room, |r| r.poll(room, visitor, seq, now_ms)))
+        Ok(self.with_room(room, |r| r.poll(room, visitor, 0, seq, now_ms)))
     }
 
     async fn check_in(
@@ -323,6 +347,10 @@ struct Room {
     ended: Sessions,
     window: RateWindow,
     queue: Queue,
+    /// The priority lanes (lane 1 first), each a queue of its own.
+    lanes: [Queue; MAX_LANES],
+    /// Whose turn it is among the lanes.
+    turns: LaneTurns,
     /// The last `seq` handed out or put back (see `next_seq`).
     last_seq: u64,
     /// Queue tickets with a `seq` at or below this were issued before the
@@ -340,6 +368,8 @@ impl Room {
             ended: Sessions::default(),
             window: RateWindow::default(),
             queue: Queue::new(),
+            lanes: std::array::from_fn(|_| Queue::new()),
+            turns: LaneTurns::default(),
             last_seq: 0,
             reset_floor: 0,
             started_event: None,
@@ -354,10 +384,11 @@ impl Room {
         self.ended.expire(now);
         self.window.prune(now);
         if p.abandon_after_ms > 0 {
-            let dropped = self
-                .queue
-                .drop_polled_before(now.saturating_sub(p.abandon_after_ms));
-            self.totals.abandoned += dropped;
+            let seen = now.saturating_sub(p.abandon_after_ms);
+            for lane in 0..=MAX_LANES {
+                let dropped = self.line_mut(lane).drop_polled_before(seen);
+                self.totals.abandoned += dropped;
+            }
         }
         self.promote(p, now);
     }
@@ -374,18 +405,64 @@ impl Room {
             return;
         }
         let expires = now + p.session_duration_ms + p.arrival_grace_ms;
-        while self.queue.len() > 0 && self.has_room(p) {
-            let node = match p.method {
-                QueueingMethod::Random => {
-                    let k = rand::thread_rng().gen_range(0..self.queue.len());
-                    self.queue.entries.select(k)
-                }
-                _ => self.queue.entries.select(0),
-            };
-            let visitor = self.queue.remove(node);
-            self.admit(visitor, expires, now);
-            self.used_place(p, visitor, now);
+        if !p.lanes.any() && self.lanes.iter().all(|l| l.len() == 0) {
+            // No lanes: the general queue alone, without taking turns.
+            while self.queue.len() > 0 && self.has_room(p) {
+                self.promote_one(p, 0, expires, now);
+            }
+            return;
         }
+        while self.has_room(p) {
+            let (queue, lanes) = (&self.queue, &self.lanes);
+            let waiting = |lane: usize| match lane {
+                0 => queue.len() > 0,
+                _ => lanes[lane - 1].len() > 0,
+            };
+            match self.turns.take(&p.lanes, waiting) {
+                Some(lane) => self.promote_one(p, lane, expires, now),
+                None => break,
+            }
+        }
+    }
+
+    /// Admits the next visitor of `lane` (which someone waits in).
+    fn promote_one(&mut self, p: &RoomPolicy, lane: usize, expires: Millis, now: Millis) {
+        let line = self.line_mut(lane);
+        let node = match p.method {
+            QueueingMethod::Random if lane == 0 => {
+                let k = rand::thread_rng().gen_range(0..line.len());
+                line.entries.select(k)
+            }
+            _ => line.entries.select(0),
+        };
+        let visitor = line.remove(node);
+        self.admit(visitor, expires, now);
+        self.used_place(p, visitor, now);
+    }
+
+    /// The visitors waiting in `lane` (0: the general queue).
+    fn line(&self, lane: usize) -> &Queue {
+        match lane {
+            0 => &self.queue,
+            _ => &self.lanes[lane - 1],
+        }
+    }
+
+    fn line_mut(&mut self, lane: usize) -> &mut Queue {
+        match lane {
+            0 => &mut self.queue,
+            _ => &mut self.lanes[lane - 1],
+        }
+    }
+
+    /// Everyone waiting, in every lane.
+    fn waiting(&self) -> u64 {
+        self.queue.len() + self.lanes.iter().map(Queue::len).sum::<u64>()
+    }
+
+    /// The lane a visitor waits in and its entry there.
+    fn find(&self, visitor: &VisitorId) -> Option<(usize, Idx)> {
+        (0..=MAX_LANES).find_map(|lane| Some((lane, self.line(lane).find(visitor)?)))
     }
 
     /// A queue place became a session: it is used up. Its ticket (last
@@ -410,11 +487,11 @@ impl Room {
         }
     }
 
-    fn queued(&self, node: Idx) -> Verdict {
-        Verdict::Queued(self.queue.place(node))
+    fn queued(&self, lane: usize, node: Idx) -> Verdict {
+        Verdict::Queued(self.line(lane).place(node))
     }
 
-    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, now: Millis) -> Verdict {
+    fn arrive(&mut self, p: &RoomPolicy, visitor: VisitorId, lane: usize, now: Millis) -> Verdict {
         self.housekeeping(p, now);
         if let Some(expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
@@ -425,8 +502,8 @@ impl Room {
             self.totals.rejected += 1;
             return Verdict::Rejected(RejectReason::Closed);
         }
-        if let Some(node) = self.queue.find(&visitor) {
-            return self.queued(node);
+        if let Some((lane, node)) = self.find(&visitor) {
+            return self.queued(lane, node);
         }
         let fresh_session = now + p.session_duration_ms;
         // passthrough and reject keep no queue of their own, but in `paused`
@@ -446,35 +523,42 @@ impl Room {
                 // Promotion has just run, so a non-empty queue means there is
                 // no room; the explicit check keeps newcomers behind it even
                 // in states that do not promote.
-                if open && self.queue.len() == 0 && self.has_room(p) {
+                if open && self.waiting() == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh_session, now);
                 }
-                if p.max_queue_length > 0 && self.queue.len() >= p.max_queue_length {
+                if p.max_queue_length > 0 && self.line(lane).len() >= p.max_queue_length {
                     self.totals.rejected += 1;
                     return Verdict::Rejected(RejectReason::QueueFull);
                 }
                 let seq = next_seq(now, self.last_seq);
                 self.last_seq = seq;
-                let node = self.queue.insert(seq, visitor, now);
+                let node = self.line_mut(lane).insert(seq, visitor, now);
                 self.totals.queued += 1;
-                self.queued(node)
+                self.queued(lane, node)
             }
         }
     }
 
-    fn poll(&mut self, p: &RoomPolicy, visitor: VisitorId, seq: u64, now: Millis) -> Verdict {
+    fn poll(
+        &mut self,
+        p: &RoomPolicy,
+        visitor: VisitorId,
+        lane: usize,
+        seq: u64,
+        now: Millis,
+    ) -> Verdict {
         self.housekeeping(p, now);
         if let Some(expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
                 session_expires_ms: expires,
             };
         }
-        let existing = self.queue.find(&visitor);
+        let existing = self.line(lane).find(&visitor);
         if p.state == RoomState::Closed {
             if let Some(node) = existing {
                 // Keep the place: an operator who reopens the room should
                 // find the queue as it was.
-                self.queue.touch(node, now);
+                self.line_mut(lane).touch(node, now);
             }
             return Verdict::Rejected(RejectReason::Closed);
         }
@@ -486,36 +570,36 @@ impl Room {
                 return Verdict::Ended;
             }
             if let Some(node) = existing {
-                self.queue.remove(node);
+                self.line_mut(lane).remove(node);
             }
             self.used_place(p, visitor, now);
             return self.admit(visitor, now + p.session_duration_ms, now);
         }
         if let Some(node) = existing {
-            self.queue.touch(node, now);
-            return self.queued(node);
+            self.line_mut(lane).touch(node, now);
+            return self.queued(lane, node);
         }
         if seq <= self.reset_floor || self.ended.get(&visitor).is_some() {
             return Verdict::Ended;
         }
         // I5: the store lost this visitor; its ticket says where it stood.
         self.last_seq = self.last_seq.max(seq);
-        self.queue.insert(seq, visitor, now);
+        self.line_mut(lane).insert(seq, visitor, now);
         self.promote(p, now);
         if let Some(expires) = self.sessions.get(&visitor) {
             return Verdict::Admitted {
                 session_expires_ms: expires,
             };
         }
-        match self.queue.find(&visitor) {
-            Some(node) => self.queued(node),
+        match self.line(lane).find(&visitor) {
+            Some(node) => self.queued(lane, node),
             // Promotion either admitted the visitor or left it queued, so
             // this arm is not taken; it answers "at the back" rather than
             // panicking on a visitor's request.
             None => Verdict::Queued(QueuePlace {
                 seq,
-                position: self.queue.len() + 1,
-                queue_length: self.queue.len(),
+                position: self.line(lane).len() + 1,
+                queue_length: self.line(lane).len(),
             }),
         }
     }
@@ -551,9 +635,9 @@ impl Room {
             self.end(p, visitor, expires, now);
             return true;
         }
-        match self.queue.find(&visitor) {
-            Some(node) => {
-                self.queue.remove(node);
+        match self.find(&visitor) {
+            Some((lane, node)) => {
+                self.line_mut(lane).remove(node);
                 self.ended.set(visitor, now + p.abandon_after_ms);
                 true
             }
@@ -593,18 +677,31 @@ impl Room {
         self.sessions.violations("sessions", &mut out);
         self.ended.violations("ended", &mut out);
         self.window.violations(&mut out);
-        if let Some(top) = self.queue.violations(&mut out) {
-            if top > self.last_seq {
-                out.push(format!("queue: seq {top} above last_seq {}", self.last_seq));
+        for lane in 0..=MAX_LANES {
+            let line = self.line(lane);
+            if let Some(top) = line.violations(&mut out) {
+                if top > self.last_seq {
+                    out.push(format!(
+                        "lane {lane}: seq {top} above last_seq {}",
+                        self.last_seq
+                    ));
+                }
+            }
+            let first = (line.len() > 0).then(|| line.place(line.entries.select(0)).seq);
+            if first.is_some_and(|s| s <= self.reset_floor) {
+                out.push(format!(
+                    "lane {lane}: a seq at or below the reset floor {}",
+                    self.reset_floor
+                ));
             }
         }
-        let first =
-            (self.queue.len() > 0).then(|| self.queue.place(self.queue.entries.select(0)).seq);
-        if first.is_some_and(|s| s <= self.reset_floor) {
-            out.push(format!(
-                "queue: a seq at or below the reset floor {}",
-                self.reset_floor
-            ));
+        let mut seen = std::collections::HashSet::new();
+        for lane in 0..=MAX_LANES {
+            for visitor in self.line(lane).visitors() {
+                if !seen.insert(visitor) {
+                    out.push(format!("{visitor:?} waits in two lanes"));
+                }
+            }
         }
         out
     }
@@ -613,9 +710,10 @@ impl Room {
         self.housekeeping(p, now);
         RoomStats {
             active: self.sessions.len(),
-            queued: self.queue.len(),
+            queued: self.waiting(),
             admitted_last_minute: self.window.count(),
             oldest_admission_ms: self.window.oldest(),
+            lane_queued: std::array::from_fn(|i| self.lanes[i].len()),
         }
     }
 }

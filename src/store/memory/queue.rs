@@ -26,6 +26,11 @@ impl Queue {
         self.entries.len() as u64
     }
 
+    /// Who waits here, in no order.
+    pub(super) fn visitors(&self) -> impl Iterator<Item = VisitorId> + '_ {
+        self.by_visitor.keys().copied()
+    }
+
     pub(super) fn find(&self, visitor: &VisitorId) -> Option<Idx> {
         self.by_visitor.get(visitor).copied()
     }

@@ -55,23 +55,25 @@ impl Acks {
 }
 
 /// The shared code, in the order each file's helpers are needed.
-const LIB: [(&str, &str); 6] = [
+const LIB: [(&str, &str); 7] = [
     ("ctx", include_str!("lua/lib/ctx.lua")),
     ("sessions", include_str!("lua/lib/sessions.lua")),
     ("window", include_str!("lua/lib/window.lua")),
     ("head", include_str!("lua/lib/head.lua")),
     ("tail", include_str!("lua/lib/tail.lua")),
+    ("lanes", include_str!("lua/lib/lanes.lua")),
     ("room", include_str!("lua/lib/room.lua")),
 ];
 
 /// One room function: its name, and its file (run with the call's context `c`).
-const ROOM_SCRIPTS: [(RoomFn, &str, &str); 11] = [
+const ROOM_SCRIPTS: [(RoomFn, &str, &str); 12] = [
     (
         RoomFn::Arrive,
         "arrive",
         include_str!("lua/arrive_many.lua"),
     ),
     (RoomFn::Poll, "poll", include_str!("lua/poll.lua")),
+    (RoomFn::Lane, "lane", include_str!("lua/lane.lua")),
     (
         RoomFn::CheckIn,
         "check_in",
@@ -108,6 +110,7 @@ const ROOM_SCRIPTS: [(RoomFn, &str, &str); 11] = [
 pub(crate) enum RoomFn {
     Arrive,
     Poll,
+    Lane,
     CheckIn,
     Release,
     Stats,

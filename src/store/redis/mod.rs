@@ -39,7 +39,7 @@ use redis::{RedisError, Script, ScriptInvocation, Value};
 
 use super::{
     EventStart, Millis, Noted, QueueingMethod, RoomOverrides, RoomPolicy, RoomState, RoomStats,
-    RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+    RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
@@ -680,6 +680,34 @@ impl Inner {
         acks.check(result?)
     }
 
+    /// A visitor arrives in (`seq` none) or polls from (`seq` its
+    /// ticket's) priority lane `lane` (`lua/lane.lua`). Asked again while
+    /// the function answers `MORE`, as a poll is.
+    async fn in_lane(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        seq: Option<u64>,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        for _ in 0..MAX_POLL_ROUNDS {
+            let mut inv = self.room_call(RoomFn::Lane, &keys.0, room, now_ms, self.deadline_us());
+            inv.arg(if seq.is_some() { "p" } else { "a" })
+                .arg(visitor.to_hex())
+                .arg(lane)
+                .arg(seq.unwrap_or(0));
+            let reply = self.run_room(&inv).await?;
+            if !wire::is_more(&reply) {
+                return decode_verdict(&reply);
+            }
+        }
+        Err(StoreError::Protocol(
+            "lane: promotion did not reach the visitor".into(),
+        ))
+    }
+
     /// Runs one room function call, bounded by the store timeout; with
     /// acknowledgements on, every function but `check` waits for them.
     async fn run_room(&self, call: &redis::Cmd) -> Result<Value, StoreError> {
@@ -1169,6 +1197,37 @@ impl Store for RedisStore {
         self.arrive_in_batch(room, visitor, true, now_ms).await
     }
 
+    async fn arrive_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match crate::store::lane_index(room, lane)? {
+            0 => self.arrive(room, visitor, now_ms).await,
+            _ => self.inner.in_lane(room, visitor, lane, None, now_ms).await,
+        }
+    }
+
+    async fn poll_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match crate::store::lane_index(room, lane)? {
+            0 => self.poll(room, visitor, seq, now_ms).await,
+            _ => {
+                self.inner
+                    .in_lane(room, visitor, lane, Some(seq), now_ms)
+                    .await
+            }
+        }
+    }
+
     async fn poll(
         &self,
         room: &RoomPolicy,
@@ -1283,9 +1342,13 @@ impl Store for RedisStore {
         let Value::Array(items) = &reply else {
             return Err(bad());
         };
-        let [active, queued, admitted, oldest] = items.as_slice() else {
+        let [active, queued, admitted, oldest, lanes @ ..] = items.as_slice() else {
             return Err(bad());
         };
+        let mut lane_queued = [0; MAX_LANES];
+        for (n, v) in lane_queued.iter_mut().zip(lanes) {
+            *n = as_u64(v).ok_or_else(bad)?;
+        }
         let count = |v: &Value| as_u64(v).ok_or_else(bad);
         // -1 stands for an empty window.
         let oldest_admission_ms = match oldest {
@@ -1297,6 +1360,7 @@ impl Store for RedisStore {
             queued: count(queued)?,
             admitted_last_minute: count(admitted)?,
             oldest_admission_ms,
+            lane_queued,
         })
     }
 
@@ -1496,6 +1560,7 @@ mod tests {
             arrival_grace_ms: 1_000,
             state: RoomState::Open,
             revision: 0,
+            lanes: Default::default(),
         };
         assert_eq!(key_ttl_ms(&room), RATE_WINDOW_MS + KEY_TTL_MARGIN_MS);
         let long = RoomPolicy {

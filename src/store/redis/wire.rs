@@ -11,7 +11,7 @@ use redis::Value;
 use crate::clock::Millis;
 use crate::store::{
     QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, StoreError, Verdict,
-    RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS,
+    MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
 };
 
 /// The version of the room's key layout this build reads and writes. Every
@@ -146,7 +146,7 @@ fn reason_of(code: u64) -> Option<RejectReason> {
 /// The policy's fields in the order the `|`-joined policy argument carries
 /// them (`policy_arg`), named as the Lua reads them (`ctx.lua`'s
 /// `policy_of`).
-pub const POLICY_FIELDS: [&str; 11] = [
+pub const POLICY_FIELDS: [&str; 12] = [
     "cap_field",
     "rate",
     "session_ms",
@@ -158,6 +158,7 @@ pub const POLICY_FIELDS: [&str; 11] = [
     "state",
     "key_ttl_ms",
     "revision",
+    "lanes",
 ];
 
 pub fn method_name(m: QueueingMethod) -> &'static str {
@@ -183,7 +184,7 @@ pub fn state_name(s: RoomState) -> &'static str {
 /// capacity, or `grant` / `rate_grant` in region mode.
 pub fn policy_arg(room: &RoomPolicy, cap: &dyn std::fmt::Display, key_ttl_ms: Millis) -> String {
     format!(
-        "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}",
+        "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}|{}",
         room.new_users_per_minute,
         room.session_duration_ms,
         u8::from(room.session_renewal),
@@ -193,7 +194,22 @@ pub fn policy_arg(room: &RoomPolicy, cap: &dyn std::fmt::Display, key_ttl_ms: Mi
         room.arrival_grace_ms,
         state_name(room.state),
         room.revision,
+        lanes_arg(room),
     )
+}
+
+/// The policy's `lanes` field: empty without lanes, else every lane's
+/// share, the general queue's first (`s0,s1,...`).
+fn lanes_arg(room: &RoomPolicy) -> String {
+    if !room.lanes.any() {
+        return String::new();
+    }
+    let n = usize::from(room.lanes.count);
+    let shares: Vec<String> = room.lanes.shares[..=n]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    shares.join(",")
 }
 
 /// The Lua constants of `layout`: what the library's code starts with.
@@ -215,6 +231,9 @@ pub fn lua_constants(layout: &Layout) -> String {
     line("RATE_WINDOW_MS", RATE_WINDOW_MS.to_string());
     line("SEQ_EPOCH_MS", SEQ_EPOCH_MS.to_string());
     line("SEQ_PER_MS", SEQ_PER_MS.to_string());
+    line("MAX_LANES", MAX_LANES.to_string());
+    line("STRIDE", STRIDE.to_string());
+    line("PASS_LIMIT", PASS_LIMIT.to_string());
     for tag in Tag::ALL {
         line(tag.lua_name(), (tag as u64).to_string());
     }

@@ -53,7 +53,7 @@ local nobody_ahead = c.region_bound == nil
 -- Visitor i is ARGV[V + i].
 local V = 4
 local n = #ARGV - V
-local held_sessions, held_places = {}, {}
+local held_sessions, held_places, held_lanes = {}, {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
 -- Only ids just made are admitted in a batch (see "Session batches").
 local batch = fresh
@@ -80,9 +80,15 @@ if not fresh then
             end
         end
     end
+    -- Or in a priority lane (lanes.lua): that place stands.
+    for i = 1, c.p.lanes and n or 0 do
+        if not held_sessions[i] and not held_places[i] then
+            held_lanes[i] = lane_of(c, ARGV[V + i])
+        end
+    end
     fresh = true
     for i = 1, n do
-        if held_sessions[i] or held_places[i] then
+        if held_sessions[i] or held_places[i] or held_lanes[i] then
             fresh = false
             break
         end
@@ -162,6 +168,10 @@ else
         if c.p.state == 'closed' then
             rejected_n = rejected_n + 1
             return REJECTED, R_CLOSED, 0, 0
+        end
+        if held_lanes[i] then
+            local place = lane_place(c, held_lanes[i], visitor)
+            return place[1], place[2], place[3], place[4]
         end
         if held_places[i] then
             local place = place_of(c, visitor)
@@ -267,13 +277,13 @@ end
 if places_n > 0 or tailed then
     -- A new place needs no poll record: until its first poll, its seq says
     -- when it was last seen (`gone_of`). A queue that starts anew starts
-    -- its polls' record.
+    -- its polls' record, unless it kept one (for a lane's visitors).
     if places_n > 0 then
         zadd_all(c.k.queue, new_places, places_n)
     end
     redis.call('HINCRBY', c.k.meta, 'queued', count_string(queued_n))
     if waiting_before == 0 then
-        redis.call('HSET', c.k.polls, SINCE, c.now_s)
+        redis.call('HSETNX', c.k.polls, SINCE, c.now_s)
         created[#created + 1] = c.k.queue
         created[#created + 1] = c.k.polls
     end

@@ -124,6 +124,26 @@ if first_off then
         end
     end)
 end
+-- L1, L2: the lanes' seqs, and each visitor in one lane at most (the
+-- general queue's head included).
+local in_lane = {}
+for i = 1, #head, 2 do
+    in_lane[head[i]] = 0
+end
+for lane = 1, MAX_LANES do
+    local places = redis.call('ZRANGE', lane_key(c, lane), 0, -1, 'WITHSCORES')
+    for i = 1, #places, 2 do
+        local seq = tonumber(places[i + 1])
+        if seq <= floor or seq > last_seq then
+            violated('lane ' .. lane .. ' holds seq ' .. places[i + 1] .. ', outside ('
+                .. int(floor) .. ', ' .. int(last_seq) .. ']')
+        end
+        if in_lane[places[i]] then
+            violated(places[i] .. ' waits in lanes ' .. in_lane[places[i]] .. ' and ' .. lane)
+        end
+        in_lane[places[i]] = lane
+    end
+end
 local top = math.max(head_max or 0, tail_max or 0)
 if top > last_seq then
     violated('a place has seq ' .. int(top) .. ', above meta last_seq ' .. int(last_seq))

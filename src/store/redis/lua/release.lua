@@ -33,7 +33,11 @@ local function decide()
         end_session(expiry)
         return redis.call('ZREM', c.k.sessions, visitor)
     end
-    if redis.call('ZREM', c.k.queue, visitor) == 1 then
+    local lane = lane_of(c, visitor)
+    if lane then
+        redis.call('ZREM', lane_key(c, lane), visitor)
+    end
+    if lane or redis.call('ZREM', c.k.queue, visitor) == 1 then
         redis.call('HDEL', c.k.polls, visitor)
         -- Remembered as long as its ticket could still poll.
         redis.call('ZADD', c.k.places, int(c.now + c.p.abandon_ms), visitor)

@@ -22,6 +22,10 @@ local floor = math.max(tonumber(c.argv[4]), last_seq + 1)
 each_tail_chunk(c, function(key)
     redis.call('DEL', key)
 end)
+-- The lanes (lib/lanes.lua); their turns go with meta.
+for lane = 1, MAX_LANES do
+    redis.call('DEL', lane_key(c, lane))
+end
 -- Region mode: the region's grant totals outlive a reset (the global store
 -- counts them; see lib/ctx.lua).
 -- So do its admission tokens and the admissions holding them (the rate

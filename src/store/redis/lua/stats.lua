@@ -1,6 +1,8 @@
 -- stats: live figures, after housekeeping and the periodic maintenance
 -- (the daemon calls this every few seconds per room).
--- Returns {active, queued, admitted_last_minute, oldest_admission or -1}.
+-- Returns {active, queued, admitted_last_minute, oldest_admission or -1,
+-- then the visitors waiting in each priority lane, lane 1 first}.
+-- (`queued` counts the lanes' too.)
 housekeep(c)
 maintain(c)
 promote(c)
@@ -10,9 +12,10 @@ if #oldest == 2 then
     oldest_ms = tonumber(oldest[2])
 end
 counts(c)
-return {
-    c.active_n,
-    queue_length(c),
-    c.window_n,
-    oldest_ms,
-}
+local out = { c.active_n, queue_length(c), c.window_n, oldest_ms }
+for lane = 1, MAX_LANES do
+    local n = redis.call('ZCARD', lane_key(c, lane))
+    out[2] = out[2] + n
+    out[4 + lane] = n
+end
+return out

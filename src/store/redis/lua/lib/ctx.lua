@@ -26,6 +26,8 @@
 --               (tail.lua)
 --   9 tail_ids  the prefix of the keys "tail_ids:<n>" (tail.lua)
 --  10 batches   ZSET of sessions made together (sessions.lua)
+-- and, not passed, the priority lanes' keys "lane:<n>" beside meta
+-- (lanes.lua), in the same hash tag.
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 the room's policy: the fields of POLICY_FIELDS (wire.rs) joined by
@@ -67,6 +69,18 @@ local function policy_of(s)
         p.abandon_ms = tonumber(p.abandon_ms)
         p.grace_ms = tonumber(p.grace_ms)
         p.revision = tonumber(p.revision or '0')
+        -- Priority lanes (lanes.lua): nil without, else the count and each
+        -- lane's share in thousandths, the general queue's at [0].
+        if p.lanes and p.lanes ~= '' then
+            local shares, i = {}, 0
+            for v in string.gmatch(p.lanes, '[^,]+') do
+                shares[i] = tonumber(v)
+                i = i + 1
+            end
+            p.lanes = { count = i - 1, shares = shares }
+        else
+            p.lanes = nil
+        end
         if policies_n >= 256 then
             policies, policies_n = {}, 0
         end
@@ -85,6 +99,8 @@ local function keys_of(keys)
             sessions = keys[1], queue = keys[2], polls = keys[3], admits = keys[4],
             meta = keys[5], ended = keys[6], places = keys[7], tail = keys[8],
             tail_ids = keys[9], batches = keys[10],
+            -- The lanes' keys, "lane:<n>" beside "meta" (lanes.lua).
+            lane_prefix = string.sub(keys[5], 1, -5) .. 'lane:',
         }
         if key_sets_n >= 1024 then
             key_sets, key_sets_n = {}, 0

@@ -71,6 +71,9 @@ local function expire_all(c)
     each_tail_chunk(c, function(key)
         redis.call('PEXPIRE', key, ttl)
     end)
+    for lane = 1, MAX_LANES do
+        redis.call('PEXPIRE', lane_key(c, lane), ttl)
+    end
 end
 
 -- For calls that write the room's keys: the keys in `created` (those this
@@ -128,12 +131,24 @@ local function maintain(c)
             local waiting = redis.call('ZMSCORE', c.k.queue, unpack(sampled))
             local stale = {}
             for i, v in ipairs(sampled) do
-                if not waiting[i] and v ~= SINCE then
+                if not waiting[i] and v ~= SINCE and not (c.p.lanes and lane_of(c, v)) then
                     stale[#stale + 1] = v
                 end
             end
             if #stale > 0 then
                 redis.call('HDEL', c.k.polls, unpack(stale))
+            end
+        end
+    end
+    if c.p.abandon_ms > 0 and c.p.lanes then
+        -- The lanes hold few: their first SWEEP_MAX each.
+        for lane = 1, c.p.lanes.count do
+            local key = lane_key(c, lane)
+            local gone = gone_of(c, redis.call('ZRANGE', key, 0, SWEEP_MAX - 1, 'WITHSCORES'))
+            if #gone > 0 then
+                redis.call('ZREM', key, unpack(gone))
+                redis.call('HDEL', c.k.polls, unpack(gone))
+                redis.call('HINCRBY', c.k.meta, 'abandoned', #gone)
             end
         end
     end
@@ -193,11 +208,6 @@ local function used_places(c, args)
     redis.call('ZADD', c.k.ended, 'GT', unpack(args))
 end
 
--- Admits waiting visitors while there is room. A promoted visitor gets its
--- session now, with the arrival grace so it outlives the wait until the
--- visitor's next poll collects it. Whoever stopped polling is dropped
--- instead of admitted. `passthrough` has no queue of its own: a visitor
--- left over from another method is admitted when it next polls.
 -- Whether the room lets waiting visitors in (open or queue-all, not
 -- passthrough, which has no queue of its own).
 local function promotes(c)
@@ -205,10 +215,12 @@ local function promotes(c)
     return (state == 'open' or state == 'queue_all') and c.p.method ~= 'passthrough'
 end
 
-local function promote(c)
-    if not promotes(c) then
-        return
-    end
+-- Takes up to `limit` visitors from the front of the general queue (FIFO,
+-- random, or up to another region's oldest waiter), at most the free room
+-- less `taken` (admissions this call already chose elsewhere): removed
+-- from `queue`, not yet admitted. Whoever stopped polling is dropped
+-- instead; after `rounds` runs that each found someone gone, it stops.
+local function take_general(c, limit, taken, rounds)
     local method = c.p.method
     local k = c.k
     if method == 'random' and tail_ends(c) then
@@ -218,8 +230,8 @@ local function promote(c)
         refill(c, math.huge)
     end
     local chosen = {}
-    for _ = 1, 4 do
-        local want = math.min(free_room(c) - #chosen, PROMOTE_MAX - #chosen)
+    for _ = 1, rounds do
+        local want = math.min(free_room(c) - taken - #chosen, limit - #chosen)
         if want <= 0 then
             break
         end
@@ -271,9 +283,87 @@ local function promote(c)
             break
         end
     end
+    return chosen
+end
+
+-- Takes the first visitor of lane `lane` who still polls (dropping those
+-- who stopped, and places a reset voided), removed from the lane; nil if
+-- nobody is left there.
+local function take_lane(c, lane)
+    local key = lane_key(c, lane)
+    while true do
+        local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        if #head == 0 then
+            return nil
+        end
+        local visitor = head[1]
+        redis.call('ZREM', key, visitor)
+        redis.call('HDEL', c.k.polls, visitor)
+        local gone = gone_of(c, head)
+        if #gone > 0 then
+            redis.call('HINCRBY', c.k.meta, 'abandoned', 1)
+        elseif tonumber(head[2]) > c.reset_floor then
+            return visitor
+        end
+    end
+end
+
+-- Takes whom promotion admits in a room with lanes: one admission at a
+-- time, to the lane whose turn it is (lanes.lua), while there is room.
+local function take_by_turns(c)
+    local lanes = c.p.lanes
+    c.reset_floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
+    local waiting = { [0] = queue_length(c) > 0 }
+    for lane = 1, lanes.count do
+        waiting[lane] = redis.call('ZCARD', lane_key(c, lane)) > 0
+    end
+    local t = turns_of(c)
+    local chosen = {}
+    local budget = math.min(free_room(c), PROMOTE_MAX)
+    while #chosen < budget do
+        local lane, after = next_turn(t, lanes, waiting)
+        if not lane then
+            break
+        end
+        local visitor
+        if lane == 0 then
+            visitor = take_general(c, 1, #chosen, SWEEP_MAX)[1]
+        else
+            visitor = take_lane(c, lane)
+        end
+        if visitor then
+            chosen[#chosen + 1] = visitor
+            t = after
+        else
+            -- Nobody left there (those counted had gone): not its turn.
+            waiting[lane] = false
+        end
+    end
+    if #chosen > 0 then
+        turns_save(c, t)
+    end
+    return chosen
+end
+
+-- Admits waiting visitors while there is room. A promoted visitor gets its
+-- session now, with the arrival grace so it outlives the wait until the
+-- visitor's next poll collects it. Whoever stopped polling is dropped
+-- instead of admitted. `passthrough` has no queue of its own: a visitor
+-- left over from another method is admitted when it next polls.
+local function promote(c)
+    if not promotes(c) then
+        return
+    end
+    local chosen
+    if c.p.lanes then
+        chosen = take_by_turns(c)
+    else
+        chosen = take_general(c, PROMOTE_MAX, 0, 4)
+    end
     if #chosen == 0 then
         return
     end
+    local k = c.k
     local expiry = int(c.now + c.p.session_ms + c.p.grace_ms)
     local args = {}
     for i, visitor in ipairs(chosen) do

@@ -1,0 +1,147 @@
+-- lane: a visitor arrives in, or polls from, a priority lane (lanes.lua).
+-- ARGV[4] = 'a' (arrive) or 'p' (poll), ARGV[5] = visitor, ARGV[6] = the
+-- lane (1 ..), ARGV[7] = the seq its ticket carries (poll only).
+-- Returns a verdict as arrive and poll do ({ENDED} for an ended place), or
+-- {MORE} when the room has room the promotion's bound kept from reaching
+-- this visitor (the caller asks again).
+local op, visitor, lane = c.argv[4], c.argv[5], tonumber(c.argv[6])
+local key = lane_key(c, lane)
+local state, method = c.p.state, c.p.method
+
+housekeep(c)
+promote(c)
+counts(c)
+
+-- The visitor's place in the general queue, looked up by visitor (the
+-- tail is read whole, a part a step: lane arrivals are few).
+local function general_place(c, visitor)
+    local place = place_of(c, visitor)
+    local from = 0
+    while not place and from do
+        local seq
+        seq, from = waiting_seq(c, visitor, from)
+        if seq then
+            local t = tail_find(c, visitor, seq, int(seq))
+            place = t and tail_place(c, t, seq)
+            break
+        end
+    end
+    return place
+end
+
+-- Whether anyone waits, in any lane.
+local function anyone_waiting()
+    return queue_length(c) > 0 or lanes_length(c) > 0
+end
+
+-- A place still waiting while the room has room: promotion stopped at its
+-- bound before reaching it.
+local function within_room(place)
+    if place and promotes(c) and free_room(c) > 0 then
+        return { MORE }
+    end
+    return place
+end
+
+local function arrive()
+    if state == 'closed' then
+        redis.call('HINCRBY', c.k.meta, 'rejected', 1)
+        return { REJECTED, R_CLOSED }
+    end
+    -- Waiting already, here or in another lane: that place, not a second.
+    local other = lane_of(c, visitor)
+    local place = other and lane_place(c, other, visitor) or general_place(c, visitor)
+    if place then
+        return place
+    end
+    if state == 'open' and method == 'passthrough' then
+        return admit(c, visitor)
+    end
+    if state == 'open' and method == 'reject' then
+        if free_room(c) > 0 then
+            return admit(c, visitor)
+        end
+        redis.call('HINCRBY', c.k.meta, 'rejected', 1)
+        return { REJECTED, R_OVER_LIMIT }
+    end
+    if state == 'open' and free_room(c) > 0 and not anyone_waiting() then
+        return admit(c, visitor)
+    end
+    local len = redis.call('ZCARD', key)
+    if c.p.max_queue > 0 and len >= c.p.max_queue then
+        redis.call('HINCRBY', c.k.meta, 'rejected', 1)
+        return { REJECTED, R_QUEUE_FULL }
+    end
+    local seq = next_seq(c)
+    redis.call('ZADD', key, int(seq), visitor)
+    save_last_seq(c)
+    redis.call('HINCRBY', c.k.meta, 'queued', 1)
+    redis.call('HSETNX', c.k.polls, SINCE, c.now_s)
+    return { QUEUED, seq, len + 1, len + 1 }
+end
+
+local function poll()
+    local seq = tonumber(c.argv[7])
+    local waiting = redis.call('ZSCORE', key, visitor)
+    if state == 'closed' then
+        if waiting then
+            -- Keep the place: a room that reopens finds its lanes as they were.
+            touch_poll(c, visitor)
+        end
+        return { REJECTED, R_CLOSED }
+    end
+    -- An ended place stays ended: released, used up by an admission, or
+    -- issued before a reset.
+    local function ended()
+        local floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
+        return seq <= floor or marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor)
+    end
+    if method == 'passthrough' and state ~= 'paused' then
+        if not waiting and ended() then
+            return { ENDED }
+        end
+        if waiting then
+            redis.call('ZREM', key, visitor)
+            redis.call('HDEL', c.k.polls, visitor)
+        end
+        used_places(c, { 0, visitor })
+        return admit(c, visitor)
+    end
+    if waiting then
+        touch_poll(c, visitor)
+        return within_room(lane_place(c, lane, visitor))
+    end
+    if ended() then
+        return { ENDED }
+    end
+    -- The store lost the place but the ticket holds its order: put back
+    -- in its lane where it was (I5); it may now be first.
+    redis.call('ZADD', key, int(seq), visitor)
+    touch_poll(c, visitor)
+    if seq > read_last_seq(c) then
+        c.last_seq = seq
+    end
+    save_last_seq(c)
+    promote(c)
+    local expiry = session_of(c, visitor)
+    if expiry then
+        return { ADMITTED, expiry }
+    end
+    return within_room(lane_place(c, lane, visitor)) or { ENDED }
+end
+
+local function decide()
+    local expiry = session_of(c, visitor)
+    if expiry then
+        return { ADMITTED, expiry }
+    end
+    if op == 'a' then
+        return arrive()
+    end
+    return poll()
+end
+
+local out = decide()
+-- Whichever keys this call may have made get their expiry.
+keep_alive(c, { key, c.k.polls, c.k.sessions, c.k.admits, c.k.ended, c.k.meta })
+return out
