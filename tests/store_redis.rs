@@ -76,6 +76,10 @@ fn redis_lose(urls: Vec<String>) -> conformance::Lose {
         let lose = |c: &mut dyn redis::ConnectionLike| {
             let _: i64 = redis::cmd("ZREM").arg(&queue).arg(&hex).query(c).unwrap();
             let _: i64 = redis::cmd("HDEL").arg(&polls).arg(&hex).query(c).unwrap();
+            for lane in 1..=waitroom::store::MAX_LANES {
+                let key = format!("wr:{{{room}}}:lane:{lane}");
+                let _: i64 = redis::cmd("ZREM").arg(key).arg(&hex).query(c).unwrap();
+            }
         };
         if urls.len() == 1 {
             let client = redis::Client::open(urls[0].as_str()).unwrap();

@@ -104,8 +104,8 @@ pub fn minstd_seed(seed: u64) -> u64 {
 }
 
 /// Whose turn it is among a room's lanes: stride scheduling. Each lane has
-/// a pass; the waiting lane with the lowest pass (ties: the configured
-/// lanes in order, then the general queue) is served next and its pass
+/// a pass; the waiting lane with the lowest pass (ties: the general queue,
+/// then the configured lanes in order) is served next and its pass
 /// moves on by `STRIDE / share`, so while several lanes wait each gets its
 /// share of admissions, and a lane nobody waits in neither blocks the
 /// others nor saves up turns (a lane that starts waiting again starts at
@@ -130,7 +130,7 @@ impl LaneTurns {
     /// those for which `waiting` holds, and its turn taken; `None` if
     /// nobody waits.
     pub fn take(&mut self, lanes: &Lanes, waiting: impl Fn(usize) -> bool) -> Option<usize> {
-        let order = (1..=usize::from(lanes.count)).chain(std::iter::once(0));
+        let order = 0..=usize::from(lanes.count);
         let mut best: Option<(usize, u64)> = None;
         for lane in order.clone() {
             if lanes.shares[lane] == 0 || !waiting(lane) {

@@ -20,8 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
-    EventSpec, EventStart, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
-    RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
+    EventSpec, EventStart, Lanes, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
+    RoomPolicy, RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -87,6 +87,12 @@ macro_rules! store_conformance {
             a_long_queue_keeps_its_order_past_its_head,
             visitors_who_leave_far_back_are_never_admitted,
             newcomers_admitted_together_are_sessions_one_by_one,
+            lanes_share_admissions_and_keep_fifo_within,
+            a_lane_arrival_moves_nobody_back,
+            a_visitor_waits_in_one_lane_only,
+            lane_places_are_released_reset_and_put_back,
+            a_lane_nobody_waits_in_saves_no_turns,
+            a_lane_with_all_the_share_goes_first,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -161,6 +167,26 @@ impl Room<'_> {
     }
     async fn poll(&self, v: VisitorId, seq: u64, now: Millis) -> Verdict {
         self.h.store.poll(&self.p, v, seq, now).await.unwrap()
+    }
+    async fn arrive_in(&self, v: VisitorId, lane: u8, now: Millis) -> Verdict {
+        self.h.store.arrive_in(&self.p, v, lane, now).await.unwrap()
+    }
+    async fn poll_in(&self, v: VisitorId, lane: u8, seq: u64, now: Millis) -> Verdict {
+        self.h
+            .store
+            .poll_in(&self.p, v, lane, seq, now)
+            .await
+            .unwrap()
+    }
+    /// Arrives `n` new visitors in `lane` at `now`, each queued at its back.
+    async fn queue_in(&self, lane: u8, n: usize, now: Millis) -> Vec<(VisitorId, u64)> {
+        let mut out = Vec::with_capacity(n);
+        for v in visitors(n) {
+            let place = queued(self.arrive_in(v, lane, now).await);
+            assert_eq!(place.position, place.queue_length, "at the back of its lane");
+            out.push((v, place.seq));
+        }
+        out
     }
     /// A check-in whose ticket claims nothing beyond `now` (so a session
     /// the store does not know is not re-created).
@@ -1795,4 +1821,188 @@ async fn arrive_together(
         out.push((v, j.await.unwrap().unwrap()));
     }
     out
+}
+
+/// A full room with two lanes (30% and 20%; the general queue keeps 50%)
+/// and everyone waiting: over 100 admissions each lane gets its share,
+/// and inside each lane admissions follow arrival order (I3 per lane).
+pub async fn lanes_share_admissions_and_keep_fifo_within(h: &Harness) {
+    let mut p = room("lanes-share");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[300, 200]);
+    let r = bind(h, p);
+    let mut inside = VisitorId::random();
+    admitted(r.arrive(inside, T0).await);
+    let mut lines = [
+        r.queue_up(60, T0 + SECOND).await,
+        r.queue_in(1, 60, T0 + SECOND).await,
+        r.queue_in(2, 60, T0 + SECOND).await,
+    ];
+    let stats = r.stats(T0 + SECOND).await;
+    assert_eq!((stats.queued, stats.lane_queued), (180, [60, 60, 0, 0]));
+    let mut admitted_of = [0usize; 3];
+    let mut at = T0 + 2 * SECOND;
+    for _ in 0..100 {
+        assert!(r.release(inside, at).await);
+        // Exactly one waiting visitor was let in: the first of its lane.
+        let mut let_in = None;
+        for (lane, line) in lines.iter().enumerate() {
+            let (v, seq) = line[0];
+            match r.poll_in(v, lane as u8, seq, at).await {
+                Verdict::Admitted { .. } => {
+                    assert!(let_in.is_none(), "two let in for one place");
+                    let_in = Some(lane);
+                }
+                Verdict::Queued(place) => assert_eq!(place.position, 1),
+                other => panic!("lane {lane}: {other:?}"),
+            }
+        }
+        let lane = let_in.expect("someone was let in");
+        inside = lines[lane].remove(0).0;
+        admitted_of[lane] += 1;
+        at += SECOND;
+    }
+    assert_eq!(admitted_of, [50, 30, 20], "general, lane 1, lane 2");
+}
+
+/// A lane's arrival moves nobody back: positions in the general queue and
+/// in other lanes stay, and each lane counts its own.
+pub async fn a_lane_arrival_moves_nobody_back(h: &Harness) {
+    let mut p = room("lanes-back");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[500]);
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let general = r.queue_up(5, T0).await;
+    let at = T0 + SECOND;
+    let before: Vec<u64> = {
+        let mut out = Vec::new();
+        for &(v, seq) in &general {
+            out.push(queued(r.poll(v, seq, at).await).position);
+        }
+        out
+    };
+    let lane = r.queue_in(1, 3, at).await;
+    for (i, &(v, seq)) in general.iter().enumerate() {
+        let place = queued(r.poll(v, seq, at).await);
+        assert_eq!(place.position, before[i], "general place {i}");
+        assert_eq!(place.queue_length, 5);
+    }
+    for (i, &(v, seq)) in lane.iter().enumerate() {
+        let place = queued(r.poll_in(v, 1, seq, at).await);
+        assert_eq!((place.position, place.queue_length), (i as u64 + 1, 3));
+    }
+    assert_eq!(r.stats(at).await.queued, 8);
+}
+
+/// A visitor holds one place: arriving again by id, in the same lane or
+/// another, gives the place it holds, not a second one.
+pub async fn a_visitor_waits_in_one_lane_only(h: &Harness) {
+    let mut p = room("lanes-one");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[300, 300]);
+    let r = bind(h, p);
+    admitted(r.arrive(VisitorId::random(), T0).await);
+    let v = VisitorId::random();
+    let first = queued(r.arrive_in(v, 1, T0).await);
+    for lane in [0, 1, 2] {
+        let again = queued(r.arrive_in(v, lane, T0 + SECOND).await);
+        assert_eq!(again, first, "arriving again in lane {lane}");
+    }
+    let w = VisitorId::random();
+    let general = queued(r.arrive(w, T0).await);
+    assert_eq!(queued(r.arrive_in(w, 2, T0 + SECOND).await), general);
+    let stats = r.stats(T0 + SECOND).await;
+    assert_eq!((stats.queued, stats.lane_queued), (2, [1, 0, 0, 0]));
+}
+
+/// A lane's places end as the general queue's do: released (and not put
+/// back by their tickets), voided by a reset, and put back at their seq in
+/// their lane after a loss (I5).
+pub async fn lane_places_are_released_reset_and_put_back(h: &Harness) {
+    let mut p = room("lanes-end");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[300]);
+    let r = bind(h, p);
+    let holder = VisitorId::random();
+    admitted(r.arrive(holder, T0).await);
+    let q = r.queue_in(1, 4, T0).await;
+    let at = T0 + SECOND;
+    // Released: gone, and its ticket does not bring it back.
+    assert!(r.release(q[0].0, at).await);
+    assert_eq!(r.poll_in(q[0].0, 1, q[0].1, at).await, Verdict::Ended);
+    // Lost: its ticket puts it back where it stood.
+    r.lose(q[2].0);
+    assert_eq!(r.stats(at).await.lane_queued[0], 2);
+    let back = queued(r.poll_in(q[2].0, 1, q[2].1, at).await);
+    assert_eq!((back.seq, back.position, back.queue_length), (q[2].1, 2, 3));
+    // Admitted in lane order.
+    assert!(r.release(holder, at).await);
+    admitted(r.poll_in(q[1].0, 1, q[1].1, at).await);
+    assert_eq!(queued(r.poll_in(q[3].0, 1, q[3].1, at).await).position, 2);
+    // A reset voids them all.
+    r.reset(at + SECOND).await;
+    assert_eq!(r.poll_in(q[3].0, 1, q[3].1, at + 2 * SECOND).await, Verdict::Ended);
+    assert_eq!(r.stats(at + 2 * SECOND).await.queued, 0);
+}
+
+/// While a lane is empty the general queue takes every admission, and a
+/// lane that starts waiting later gets its share from then on, not the
+/// turns it missed.
+pub async fn a_lane_nobody_waits_in_saves_no_turns(h: &Harness) {
+    let mut p = room("lanes-idle");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[500]);
+    let r = bind(h, p);
+    let mut inside = VisitorId::random();
+    admitted(r.arrive(inside, T0).await);
+    let mut general = r.queue_up(40, T0).await;
+    let mut at = T0 + SECOND;
+    for _ in 0..10 {
+        assert!(r.release(inside, at).await);
+        let (v, seq) = general.remove(0);
+        admitted(r.poll(v, seq, at).await);
+        inside = v;
+        at += SECOND;
+    }
+    let mut lane = r.queue_in(1, 10, at).await;
+    let mut of_lane = 0;
+    for _ in 0..10 {
+        assert!(r.release(inside, at).await);
+        let (v, seq) = lane[0];
+        if let Verdict::Admitted { .. } = r.poll_in(v, 1, seq, at).await {
+            lane.remove(0);
+            of_lane += 1;
+            inside = v;
+        } else {
+            let (v, seq) = general.remove(0);
+            admitted(r.poll(v, seq, at).await);
+            inside = v;
+        }
+        at += SECOND;
+    }
+    assert_eq!(of_lane, 5, "half of the ten, not all ten");
+}
+
+/// Lanes whose shares add up to 1 go first: the general queue is let in
+/// only once nobody waits in them (and is then let in at once, I4).
+pub async fn a_lane_with_all_the_share_goes_first(h: &Harness) {
+    let mut p = room("lanes-all");
+    p.total_active_users = 2;
+    p.lanes = Lanes::with_shares(&[1000]);
+    let r = bind(h, p);
+    let holders = visitors(2);
+    for &v in &holders {
+        admitted(r.arrive(v, T0).await);
+    }
+    let general = r.queue_up(2, T0).await;
+    let lane = r.queue_in(1, 2, T0 + SECOND).await;
+    let at = T0 + 2 * SECOND;
+    assert!(r.release(holders[0], at).await);
+    admitted(r.poll_in(lane[0].0, 1, lane[0].1, at).await);
+    assert_eq!(queued(r.poll(general[0].0, general[0].1, at).await).position, 1);
+    assert!(r.release(lane[0].0, at).await);
+    assert!(r.release(holders[1], at).await);
+    admitted(r.poll_in(lane[1].0, 1, lane[1].1, at).await);
+    admitted(r.poll(general[0].0, general[0].1, at).await);
 }

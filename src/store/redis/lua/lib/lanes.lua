@@ -50,13 +50,12 @@ local function turns_save(c, t)
     redis.call('HSET', c.k.meta, 'turns', table.concat(parts, ','))
 end
 
--- The lanes in the order ties go: the configured ones, then the general queue.
+-- The lanes in the order ties go: the general queue, then the configured ones.
 local function lane_order(lanes)
     local order = {}
-    for lane = 1, lanes.count do
+    for lane = 0, lanes.count do
         order[#order + 1] = lane
     end
-    order[#order + 1] = 0
     return order
 end
 
