@@ -65,6 +65,7 @@ fn pages(c: &mut Criterion) {
         starts_in_seconds: None,
         challenge: None,
         captcha: None,
+        lane: None,
     };
     let template = Template::builtin();
     for lang in [Lang::En, Lang::Ru] {

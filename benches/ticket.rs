@@ -19,7 +19,10 @@ fn tickets() -> [(&'static str, Ticket); 2] {
             "queued",
             Ticket {
                 visitor: VisitorId([7; 16]),
-                grant: Grant::Queued { seq: 123_456_789 },
+                grant: Grant::Queued {
+                    seq: 123_456_789,
+                    lane: 0,
+                },
                 expires_ms: NOW + 60_000,
                 net: Some(0xff00_0000_00c0_0002),
             },

@@ -161,6 +161,15 @@ impl Lanes {
     }
 }
 
+/// A short digest of a secret a visitor brings (a lane code, a token's
+/// `sub` or `jti`): the first 64 bits of its SHA-256, as the store notes
+/// them and the configuration keeps them.
+pub fn digest64(text: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(text.as_bytes());
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
 /// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
 pub const MIN_CHECK_IN_MS: Millis = 1_000;
 

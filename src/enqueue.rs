@@ -54,6 +54,10 @@ pub struct Claims {
     pub jti: Option<String>,
     #[serde(default)]
     pub ip: Option<IpAddr>,
+    /// The priority lane the site puts this user in (`[[room.lane]]` with
+    /// `token_claim`).
+    #[serde(default)]
+    pub lane: Option<String>,
 }
 
 /// Why a token was refused.

@@ -123,6 +123,10 @@ pub struct Status {
     /// provider's widget to show, and where its token goes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub captcha: Option<CaptchaInfo>,
+    /// The priority lane a queued visitor waits in (absent: the general
+    /// queue); its position and the queue's length count that lane.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
 }
 
 /// The status JSON's `captcha`: show the provider's widget with this site
@@ -320,6 +324,8 @@ pub struct QueueView {
     pub event_shuffle: bool,
     /// The countdown for people: "12 min 5 s" (in the page's language).
     pub event_countdown_text: String,
+    /// The priority lane the visitor waits in, if any.
+    pub lane: Option<String>,
 }
 
 impl QueueView {
@@ -359,6 +365,7 @@ impl QueueView {
                 .and_then(|e| e.start.get(11..16).map(str::to_owned)),
             event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
             event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0), language),
+            lane: status.lane.clone(),
         }
     }
 
@@ -374,6 +381,7 @@ impl QueueView {
             starts_in_seconds: None,
             challenge: None,
             captcha: None,
+            lane: None,
         };
         Self::new(
             &status,
@@ -672,6 +680,7 @@ mod tests {
             starts_in_seconds: None,
             challenge: None,
             captcha: None,
+            lane: None,
         };
         if prequeue {
             status.state = VisitorState::Prequeue;

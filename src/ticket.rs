@@ -10,9 +10,10 @@
 //!
 //! ```text
 //! visitor (16) | grant tag (1) | grant fields (8 each) | expires_ms (8) [| network (8)]
-//!   tag 1 = Queued   { seq }
+//!   tag 1 = Queued   { seq }                        (the general queue)
 //!   tag 2 = Admitted { session_expires_ms, check_in_due_ms }
 //!   tag 3 = Shadow   { since_ms << 20 | position }  (the shadow queue)
+//!   tag 4 = Queued   { lane << 56 | seq }            (a priority lane)
 //! ```
 //!
 //! The client network the ticket was issued to ([`network_of`]) is the
@@ -38,8 +39,9 @@ use crate::secret::{random_32, Secret32};
 /// What a ticket grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grant {
-    /// A place in the queue, ordered by `seq`.
-    Queued { seq: u64 },
+    /// A place in the queue, ordered by `seq`, in priority lane `lane`
+    /// (0: the general queue).
+    Queued { seq: u64, lane: u8 },
     /// An admitted session the daemon believes live until `session_expires_ms`;
     /// the store is asked again (check-in) at `check_in_due_ms`.
     Admitted {
@@ -51,6 +53,17 @@ pub enum Grant {
     /// admitted. No store holds it. Sealed as one number, the same size as
     /// a queue place, so the two cookies look alike.
     Shadow { since_ms: Millis, position: u64 },
+}
+
+impl Ticket {
+    /// The priority lane a queue ticket names (0: the general queue, and
+    /// for any other ticket).
+    pub fn lane(&self) -> u8 {
+        match self.grant {
+            Grant::Queued { lane, .. } => lane,
+            _ => 0,
+        }
+    }
 }
 
 /// Bits of a shadow place's packed number that hold its first position.
@@ -133,6 +146,9 @@ const TAG_LEN: usize = 16;
 const TAG_QUEUED: u8 = 1;
 const TAG_ADMITTED: u8 = 2;
 const TAG_SHADOW: u8 = 3;
+const TAG_LANE: u8 = 4;
+/// A lane's place packs its lane above a seq's 53 bits.
+const LANE_SHIFT: u32 = 56;
 const QUEUED_PT_LEN: usize = 16 + 1 + 8 + 8;
 const ADMITTED_PT_LEN: usize = 16 + 1 + 8 + 8 + 8;
 const NET_LEN: usize = 8;
@@ -420,9 +436,14 @@ fn encode_plaintext(t: &Ticket, out: &mut [u8; MAX_PT_LEN]) -> usize {
     let mut w = Writer { out, at: 0 };
     w.put(&t.visitor.0);
     match t.grant {
-        Grant::Queued { seq } => {
+        Grant::Queued { seq, lane: 0 } => {
             w.put(&[TAG_QUEUED]);
             w.put(&seq.to_be_bytes());
+        }
+        Grant::Queued { seq, lane } => {
+            w.put(&[TAG_LANE]);
+            let packed = (u64::from(lane) << LANE_SHIFT) | (seq & ((1 << LANE_SHIFT) - 1));
+            w.put(&packed.to_be_bytes());
         }
         Grant::Admitted {
             session_expires_ms,
@@ -468,7 +489,16 @@ fn decode_plaintext(pt: &[u8]) -> Option<Ticket> {
     let (grant, rest) = match tag {
         TAG_QUEUED => {
             let (seq, rest) = take_u64(rest)?;
-            (Grant::Queued { seq }, rest)
+            (Grant::Queued { seq, lane: 0 }, rest)
+        }
+        TAG_LANE => {
+            let (packed, rest) = take_u64(rest)?;
+            let lane = (packed >> LANE_SHIFT) as u8;
+            if lane == 0 {
+                return None;
+            }
+            let seq = packed & ((1 << LANE_SHIFT) - 1);
+            (Grant::Queued { seq, lane }, rest)
         }
         TAG_SHADOW => {
             let (packed, rest) = take_u64(rest)?;
@@ -520,11 +550,33 @@ mod tests {
         Secret32([b; 32])
     }
 
+    #[test]
+    fn a_lane_place_round_trips_and_a_lane_of_0_does_not_open() {
+        let keys = KeyRing::new(&[key(1)]);
+        let t = Ticket {
+            visitor: VisitorId([9; 16]),
+            grant: Grant::Queued {
+                seq: (1 << 53) - 1,
+                lane: 3,
+            },
+            expires_ms: EXPIRES,
+            net: Some(42),
+        };
+        let sealed = keys.seal(ROOM, &t);
+        assert_eq!(keys.open(ROOM, &sealed, NOW), Ok(t));
+        // Tag 4 with lane 0 is no ticket this build writes.
+        let mut pt = [0u8; MAX_PT_LEN];
+        let n = encode_plaintext(&t, &mut pt);
+        pt[16 + 1] = 0;
+        assert_eq!(decode_plaintext(&pt[..n]), None);
+    }
+
     fn queued() -> Ticket {
         Ticket {
             visitor: VisitorId([7; 16]),
             grant: Grant::Queued {
                 seq: 0x0102_0304_0506_0708,
+                lane: 0,
             },
             expires_ms: EXPIRES,
             net: None,
@@ -675,7 +727,7 @@ mod tests {
         for t in [
             Ticket {
                 visitor: VisitorId([0; 16]),
-                grant: Grant::Queued { seq: 0 },
+                grant: Grant::Queued { seq: 0, lane: 0 },
                 expires_ms: 1,
                 net: Some(0),
             },

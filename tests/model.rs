@@ -311,7 +311,11 @@ impl Case<'_> {
                 let lane = self.lane_of((k >> 8) as u8);
                 let id = self.visitors[i].id;
                 let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
-                let store = self.store.arrive_in(&p, id, lane, now).await.expect("again");
+                let store = self
+                    .store
+                    .arrive_in(&p, id, lane, now)
+                    .await
+                    .expect("again");
                 if self.trace {
                     eprintln!("   visitor {i} again, lane {lane}: model {model:?} store {store:?}");
                 }
@@ -1018,4 +1022,13 @@ fn parse_ops(text: &str) -> Vec<Op> {
         ops.push(op);
     }
     ops
+}
+
+/// A visitor whose session was revoked came back by id (as a token's
+/// member does) to a new place in Redis' tail; its poll answered `Ended`,
+/// since the tail read the revoke's `ended` mark as the place's. Only a
+/// `places` mark now ends a place in the tail.
+#[test]
+fn finding_a_member_back_after_a_revoke_keeps_its_new_place_in_the_tail() {
+    finding("[LaneArrive(0,),Burst(3,),Revoke(42897,),Burst(6,),Burst(3,),Again(0,),Advance(1,),Again(0,),Poll(23892,),]");
 }

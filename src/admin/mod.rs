@@ -656,5 +656,11 @@ fn fairness_json(room: &Room) -> serde_json::Value {
         "token_refused": m.token_refused.get(),
         "token_replayed": m.token_replayed.get(),
         "token_folded": m.token_folded.get(),
+        "lane_code_refused": m.lane_code_refused.get(),
+        "lanes": m.lanes.iter().map(|l| serde_json::json!({
+            "name": l.name,
+            "entered": l.entered.get(),
+            "admitted": l.admitted.get(),
+        })).collect::<Vec<_>>(),
     })
 }

@@ -16,11 +16,11 @@ use super::keypath::{location, span_of, KeyPath};
 use super::raw::*;
 use super::{
     Backend, BotScore, Captcha, ChallengeKind, Config, CookieConfig, EnqueueToken, EventConfig,
-    FailMode, FailedChallenge, OriginConfig, RegionConfig, RoomConfig, Secret, SentinelConfig,
-    ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
+    FailMode, FailedChallenge, LaneConfig, OriginConfig, RegionConfig, RoomConfig, Secret,
+    SentinelConfig, ServerConfig, StoreConfig, TlsCert, TlsConfig, Unmatched,
 };
 use crate::domain::{EventSpec, Settings};
-use crate::domain::{QueueingMethod, RoomState};
+use crate::domain::{QueueingMethod, RoomState, MAX_LANES};
 use crate::i18n::{Lang, Language};
 
 /// Defaults for every optional key; `config/example.toml` shows the same values.
@@ -108,6 +108,14 @@ impl Checker<'_, '_> {
         let origin = self.origin(raw.origin);
         let rooms = self.rooms(raw.room, &server.reserved_prefix);
         let region = raw.region.map(|r| self.region(r, &store));
+        if region.is_some() {
+            if let Some(i) = rooms.iter().position(|r| !r.lanes.is_empty()) {
+                self.fail(
+                    &root().key("room").index(i).key("lane"),
+                    "priority lanes are not available in region mode (a region's grant has no lanes)",
+                );
+            }
+        }
         let tls = raw.tls.and_then(|t| self.tls(t, &server));
         Config {
             server,
@@ -900,6 +908,7 @@ impl Checker<'_, '_> {
             .enqueue_token
             .take()
             .and_then(|t| self.enqueue_token(&p.key("enqueue_token"), t));
+        let lanes = self.lanes(p, std::mem::take(&mut raw.lane), enqueue_token.is_some());
         let name = raw.name.unwrap_or_else(|| raw.id.clone());
         if name.trim().is_empty()
             || name.chars().count() > 200
@@ -1097,10 +1106,122 @@ impl Checker<'_, '_> {
             failed_challenge,
             captcha,
             enqueue_token,
+            lanes,
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
         }
+    }
+
+    /// `[[room.lane]]`: at most `MAX_LANES`, names unique, shares adding
+    /// up to at most 1, each with a way in; every code in one lane only.
+    fn lanes(&mut self, p: &KeyPath, raw: Vec<RawLane>, tokens: bool) -> Vec<LaneConfig> {
+        use std::collections::HashSet;
+        if raw.len() > MAX_LANES {
+            self.fail(
+                &p.key("lane"),
+                format!("{} lanes; a room has at most {MAX_LANES}", raw.len()),
+            );
+        }
+        let mut lanes: Vec<LaneConfig> = Vec::new();
+        let mut seen_codes: HashSet<u64> = HashSet::new();
+        for (i, raw) in raw.into_iter().enumerate().take(MAX_LANES) {
+            let p = p.key("lane").index(i);
+            let name_ok = (1..=32).contains(&raw.name.len())
+                && raw.name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                });
+            if !name_ok {
+                self.fail(
+                    &p.key("name"),
+                    format!(
+                        "{:?} must be 1 to 32 characters of a-z, 0-9, _ and -",
+                        raw.name
+                    ),
+                );
+            } else if raw.name == "general" || lanes.iter().any(|l| l.name == raw.name) {
+                self.fail(
+                    &p.key("name"),
+                    format!(
+                        "{:?} is taken (\"general\" is the room's own queue)",
+                        raw.name
+                    ),
+                );
+            }
+            let share = (raw.share * 1000.0).round();
+            if !(raw.share > 0.0 && raw.share <= 1.0 && share >= 1.0) {
+                self.fail(
+                    &p.key("share"),
+                    format!("{} must be more than 0 and at most 1 (0.3: 30% of admissions while the lanes wait)", raw.share),
+                );
+            }
+            let mut lane = LaneConfig {
+                name: raw.name,
+                share: share.clamp(1.0, 1000.0) as u16,
+                codes: HashSet::new(),
+                single_use: HashSet::new(),
+                token_claim: raw.token_claim.unwrap_or(false),
+            };
+            if let Some(var) = raw.codes_env {
+                let path = p.key("codes_env");
+                if let Some(var) = self.env_name(&path, Some(var), "") {
+                    match self.env_value(&var) {
+                        Some(v) => lane.codes.extend(codes_in(v.split(','))),
+                        None => self.fail(
+                            &path,
+                            format!(
+                                "environment variable {var} is not set; it holds the lane's codes"
+                            ),
+                        ),
+                    }
+                    if lane.codes.is_empty() {
+                        self.fail(&path, format!("{var} holds no code"));
+                    }
+                }
+            }
+            if let Some(file) = raw.single_use_codes_file {
+                let path = p.key("single_use_codes_file");
+                match std::fs::read_to_string(&file) {
+                    Ok(text) => {
+                        lane.single_use.extend(codes_in(text.lines()));
+                        if lane.single_use.is_empty() {
+                            self.fail(&path, format!("{file} holds no code"));
+                        }
+                    }
+                    Err(e) => self.fail(&path, format!("cannot read {file}: {e}")),
+                }
+            }
+            if lane.token_claim && !tokens {
+                self.fail(
+                    &p.key("token_claim"),
+                    "needs [room.enqueue_token]: the claim is read from a verified token",
+                );
+            }
+            if lane.codes.is_empty() && lane.single_use.is_empty() && !lane.token_claim {
+                self.fail(
+                    &p,
+                    "no way in: give codes_env, single_use_codes_file or token_claim = true",
+                );
+            }
+            for code in lane.codes.iter().chain(&lane.single_use) {
+                if !seen_codes.insert(*code) {
+                    self.fail(&p, "a code is given twice (in this lane or another): each code enters one lane, once");
+                    break;
+                }
+            }
+            lanes.push(lane);
+        }
+        let total: u32 = lanes.iter().map(|l| u32::from(l.share)).sum();
+        if total > 1000 {
+            self.fail(
+                &p.key("lane"),
+                format!(
+                    "the lanes' shares add up to {}; at most 1 (the general queue gets the rest)",
+                    f64::from(total) / 1000.0
+                ),
+            );
+        }
+        lanes
     }
 
     /// `[room.enqueue_token]`: its mode and keys (at least one key).
@@ -1632,4 +1753,14 @@ fn redact_url(text: &str) -> String {
         None if text.contains('@') => "the URL".to_owned(),
         None => format!("{text:?}"),
     }
+}
+
+/// The codes of a list (a variable's, a file's lines): trimmed, without
+/// blanks and `#` comments, as digests.
+fn codes_in<'a>(items: impl Iterator<Item = &'a str>) -> Vec<u64> {
+    items
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with('#'))
+        .map(crate::domain::digest64)
+        .collect()
 }

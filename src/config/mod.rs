@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::domain::{QueueingMethod, RoomPolicy, RoomState};
+use crate::domain::{Lanes, QueueingMethod, RoomPolicy, RoomState};
 
 pub use crate::i18n::{Lang, Language};
 pub use crate::secret::{Secret, Secret32};
@@ -146,6 +146,24 @@ pub struct EnqueueToken {
     /// `required`: no place without a valid token; else `optional`.
     pub required: bool,
     pub keys: crate::enqueue::TokenKeys,
+}
+
+/// `[[room.lane]]`: a priority lane. Its visitors wait in a line of their
+/// own and get `share` of the admissions while several lanes wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneConfig {
+    /// `[a-z0-9_-]{1,32}`: shown to its visitors and in metrics.
+    pub name: String,
+    /// Thousandths of the admissions while several lanes wait.
+    pub share: u16,
+    /// Digests (`domain::digest64`) of the codes any number of visitors
+    /// may bring (`codes_env`).
+    pub codes: std::collections::HashSet<u64>,
+    /// Digests of the codes good for one place each
+    /// (`single_use_codes_file`), across every instance.
+    pub single_use: std::collections::HashSet<u64>,
+    /// A verified enqueue token whose `lane` claim names this lane enters it.
+    pub token_claim: bool,
 }
 
 /// What the room asks of a newcomer while it queues.
@@ -388,6 +406,9 @@ pub struct RoomConfig {
     pub captcha: Option<Captcha>,
     /// `[room.enqueue_token]` when not `off`.
     pub enqueue_token: Option<EnqueueToken>,
+    /// `[[room.lane]]`: lanes 1.. in the order configured (lane 0 is the
+    /// general queue).
+    pub lanes: Vec<LaneConfig>,
     /// Initial room state.
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.
@@ -410,7 +431,7 @@ impl RoomConfig {
             arrival_grace_ms: self.refresh_interval.as_millis() as u64 * 2,
             state: self.state,
             revision: 0,
-            lanes: Default::default(),
+            lanes: Lanes::with_shares(&self.lanes.iter().map(|l| l.share).collect::<Vec<_>>()),
         }
     }
 

@@ -218,11 +218,28 @@ pub(super) struct RawRoom {
     /// `"closed"` or `"open"`: the verifier unreachable.
     pub(super) challenge_on_error: Option<OnVerifyError>,
     pub(super) enqueue_token: Option<RawEnqueueToken>,
+    #[serde(default)]
+    pub(super) lane: Vec<RawLane>,
     pub(super) state: Option<RoomState>,
     /// `"auto"` or a shipped language code.
     pub(super) language: Option<String>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,
+}
+
+/// `[[room.lane]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLane {
+    pub(super) name: String,
+    /// Of the admissions while several lanes wait: more than 0, at most 1.
+    pub(super) share: f64,
+    /// A variable holding codes any number of visitors may bring, comma-separated.
+    pub(super) codes_env: Option<String>,
+    /// A file of codes good for one place each, one a line.
+    pub(super) single_use_codes_file: Option<String>,
+    /// A verified enqueue token whose `lane` claim names this lane enters it.
+    pub(super) token_claim: Option<bool>,
 }
 
 /// `[room.enqueue_token]`.

@@ -110,12 +110,14 @@ impl StoreGuard {
         (self.timeout / 4).max(Duration::from_millis(5))
     }
 
-    /// A new visitor arrives: `arrive` on the shared store, or, when that
-    /// fails and the fail mode is `local`, on this instance's own store
-    /// (with a fresh id, so the orphan's release cannot touch it).
+    /// A new visitor arrives (in priority lane `lane`; 0: the general
+    /// queue): `arrive` on the shared store, or, when that fails and the
+    /// fail mode is `local`, on this instance's own store (with a fresh id,
+    /// so the orphan's release cannot touch it).
     pub async fn arrive(
         &self,
         room: &Room,
+        lane: u8,
         now: Millis,
     ) -> Result<(VisitorId, Verdict), StoreError> {
         // A store that answers across the network, far behind: shed
@@ -129,7 +131,12 @@ impl StoreGuard {
         let shared = self
             .decide(room, now, |p| {
                 policy = p.clone();
-                async move { self.shared.arrive_new(&p, visitor, now).await }
+                async move {
+                    match lane {
+                        0 => self.shared.arrive_new(&p, visitor, now).await,
+                        _ => self.shared.arrive_in(&p, visitor, lane, now).await,
+                    }
+                }
             })
             .await;
         match shared {
@@ -144,7 +151,7 @@ impl StoreGuard {
                 match self.local_policy(room) {
                     Some((local, policy)) => {
                         let visitor = VisitorId::random();
-                        let verdict = local.arrive_new(&policy, visitor, now).await?;
+                        let verdict = local.arrive_in(&policy, visitor, lane, now).await?;
                         Ok((visitor, verdict))
                     }
                     None => Err(e),
@@ -162,6 +169,7 @@ impl StoreGuard {
         &self,
         room: &Room,
         visitor: VisitorId,
+        lane: u8,
         now: Millis,
     ) -> Result<Verdict, StoreError> {
         if self.shared.answers().is_some() && self.lag.recent() >= self.timeout / 2 {
@@ -169,34 +177,36 @@ impl StoreGuard {
         }
         let shared = self
             .decide(room, now, |p| async move {
-                self.shared.arrive(&p, visitor, now).await
+                self.shared.arrive_in(&p, visitor, lane, now).await
             })
             .await;
         match shared {
             Err(e) if !matches!(e, StoreError::Busy) => match self.local_policy(room) {
-                Some((local, policy)) => local.arrive(&policy, visitor, now).await,
+                Some((local, policy)) => local.arrive_in(&policy, visitor, lane, now).await,
                 None => Err(e),
             },
             other => other,
         }
     }
 
-    /// A queued visitor polls, with the same fallback as `arrive`.
+    /// A queued visitor polls (from priority lane `lane`), with the same
+    /// fallback as `arrive`.
     pub async fn poll(
         &self,
         room: &Room,
         visitor: VisitorId,
+        lane: u8,
         seq: u64,
         now: Millis,
     ) -> Result<Verdict, StoreError> {
         match self
             .decide(room, now, |p| async move {
-                self.shared.poll(&p, visitor, seq, now).await
+                self.shared.poll_in(&p, visitor, lane, seq, now).await
             })
             .await
         {
             Err(e) => match self.local_policy(room) {
-                Some((local, policy)) => local.poll(&policy, visitor, seq, now).await,
+                Some((local, policy)) => local.poll_in(&policy, visitor, lane, seq, now).await,
                 None => Err(e),
             },
             ok => ok,
@@ -750,7 +760,7 @@ mod tests {
         // Two newcomers time out, though the store admitted both.
         for _ in 0..2 {
             clock.advance(Duration::from_secs(1));
-            let err = guard.arrive(&room, clock.now_ms()).await.unwrap_err();
+            let err = guard.arrive(&room, 0, clock.now_ms()).await.unwrap_err();
             assert!(matches!(err, StoreError::Timeout), "{err:?}");
         }
         let policy = room.policy();

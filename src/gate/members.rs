@@ -29,8 +29,8 @@ const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
 pub(super) enum Entry {
     /// No token and none needed: a visitor like any other.
     Anyone,
-    /// A verified member, under this id.
-    Member(VisitorId),
+    /// A verified member, under this id, and its token's `lane` claim.
+    Member(VisitorId, Option<String>),
     /// Turned away: no token where one is required (`missing`), or one
     /// that does not hold.
     Refused { missing: bool },
@@ -57,10 +57,7 @@ fn presented<'r>(headers: &'r HeaderMap, query: Option<&'r str>) -> Option<Cow<'
         .map(|(_, v)| Cow::Owned(v.into_owned()))
 }
 
-fn hash64(text: &str) -> u64 {
-    let d = Sha256::digest(text.as_bytes());
-    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
-}
+use crate::domain::digest64 as hash64;
 
 impl Gate {
     /// What the newcomer's token (or its absence) means for its entry.
@@ -140,7 +137,7 @@ impl Gate {
             // they find their own place, not a second one.
             room.metrics.token_folded.inc();
         }
-        Ok(Entry::Member(visitor))
+        Ok(Entry::Member(visitor, claims.lane))
     }
 
     /// The visitor id the room knows `sub` by.

@@ -35,6 +35,7 @@ pub mod decide;
 pub mod eta;
 pub mod guard;
 pub mod lag;
+pub mod lanes;
 pub mod limits;
 pub mod members;
 pub mod operator;
@@ -62,7 +63,7 @@ use crate::config::{Config, FailMode, Unmatched};
 use crate::domain::VisitorId;
 use crate::i18n::Language;
 use crate::proxy::{self, headers, Outbound, Proxy};
-use crate::queue_page::{self, Msg, Template, VisitorState};
+use crate::queue_page::{self, Msg, Template};
 use crate::respond::{bad_request, method_not_allowed, not_found, push_cookie};
 use crate::store::{QueuePlace, SharedStore, StoreError, Verdict};
 use crate::telemetry::Telemetry;
@@ -248,7 +249,8 @@ impl Gate {
                 let template = e.template.as_deref().map(Template::load).transpose()?;
                 events.push(Arc::new(schedule::Event::new(e.spec.clone(), template)));
             }
-            let metrics = telemetry.metrics.room(&room.id);
+            let lanes: Vec<String> = room.lanes.iter().map(|l| l.name.clone()).collect();
+            let metrics = telemetry.metrics.room_with_lanes(&room.id, &lanes);
             rooms.push(Arc::new(Room::new(
                 room.clone(),
                 template,
@@ -463,6 +465,7 @@ impl Gate {
                 seq: place.seq,
                 position: place.position,
                 queue_length: place.queue_length,
+                lane: ticket.lane(),
                 cookie: self.tickets.set_cookie(room, &ticket, ctx.now),
             },
             Decision::Rejected(reason) => Shown::Rejected { reason },
@@ -517,6 +520,7 @@ impl Gate {
                 seq,
                 position,
                 queue_length,
+                lane,
                 cookie,
             } => {
                 let place = QueuePlace {
@@ -524,7 +528,7 @@ impl Gate {
                     position: *position,
                     queue_length: *queue_length,
                 };
-                let status = self.status(room, now, VisitorState::Queued, Some(place));
+                let status = self.queued_status(room, now, place, *lane);
                 let in_force = room.in_force(now);
                 let template = in_force
                     .event
@@ -624,9 +628,9 @@ impl Gate {
             }
             Some(Ticket {
                 visitor,
-                grant: Grant::Queued { seq },
+                grant: Grant::Queued { seq, lane },
                 ..
-            }) => match self.poll(room, visitor, seq, ctx).await? {
+            }) => match self.poll(room, visitor, lane, seq, ctx).await? {
                 Decision::Ended => self.new_visitor(room, req, ctx).await,
                 decision => Ok(decision),
             },
@@ -702,6 +706,7 @@ impl Gate {
         &self,
         room: &Room,
         visitor: VisitorId,
+        lane: u8,
         seq: u64,
         ctx: &Ctx<'_>,
     ) -> Result<Decision, StoreError> {
@@ -709,12 +714,19 @@ impl Gate {
             return Ok(Decision::SlowDown(wait));
         }
         self.start_due_event(room, ctx.now).await;
-        let verdict = self.store.poll(room, visitor, seq, ctx.now).await?;
+        let lane = room.known_lane(lane);
+        let verdict = self.store.poll(room, visitor, lane, seq, ctx.now).await?;
         if matches!(verdict, Verdict::Admitted { .. }) {
             room.metrics.admitted.inc();
             room.metrics.queue_wait.admitted(seq, ctx.now);
+            if let Some(m) = usize::from(lane)
+                .checked_sub(1)
+                .and_then(|i| room.metrics.lanes.get(i))
+            {
+                m.admitted.inc();
+            }
         }
-        Ok(self.verdict(room, visitor, verdict, ctx))
+        Ok(self.verdict(room, visitor, lane, verdict, ctx))
     }
 
     /// A poll too soon for the visitor's or its address's allowance: how
@@ -746,8 +758,12 @@ impl Gate {
         match self.enqueue_entry(room, req, ctx).await? {
             members::Entry::Anyone => {}
             members::Entry::Refused { missing } => return Ok(Decision::TokenRefused { missing }),
-            members::Entry::Member(visitor) => {
-                let verdict = self.store.arrive_member(room, visitor, ctx.now).await?;
+            members::Entry::Member(visitor, claim) => {
+                let lane = self.lane_entry(room, req, ctx, claim.as_deref()).await?;
+                let verdict = self
+                    .store
+                    .arrive_member(room, visitor, lane, ctx.now)
+                    .await?;
                 match verdict {
                     Verdict::Admitted { .. } => room.metrics.admitted.inc(),
                     Verdict::Queued(_) => {
@@ -757,7 +773,7 @@ impl Gate {
                     Verdict::Rejected(_) => room.metrics.rejected.inc(),
                     Verdict::Ended => 0,
                 };
-                return Ok(self.verdict(room, visitor, verdict, ctx));
+                return Ok(self.verdict(room, visitor, lane, verdict, ctx));
             }
         }
         let proof = match room.config.captcha {
@@ -771,17 +787,20 @@ impl Gate {
             Proof::Proven => true,
             Proof::NotAsked => false,
         };
-        let (visitor, verdict) = self.store.arrive(room, ctx.now).await?;
+        // (A code is spent only once the challenge is passed.)
+        let lane = self.lane_entry(room, req, ctx, None).await?;
+        let (visitor, verdict) = self.store.arrive(room, lane, ctx.now).await?;
         match verdict {
             Verdict::Admitted { .. } => room.metrics.admitted.inc(),
             // The room just began to queue: this visitor gets no place
-            // without the proof of work, like everyone after it.
-            Verdict::Queued(_) if room.config.proof_of_work > 0 && !proven => {
+            // without the proof of work, like everyone after it (but for
+            // a lane's, whose code vouched for it and is spent).
+            Verdict::Queued(_) if room.config.proof_of_work > 0 && !proven && lane == 0 => {
                 room.set_queueing(true);
                 self.store.release(room, visitor, ctx.now).await?;
                 return Ok(Decision::Challenge(self.challenge(room, ctx.now)));
             }
-            Verdict::Queued(_) if room.config.captcha.is_some() && !proven => {
+            Verdict::Queued(_) if room.config.captcha.is_some() && !proven && lane == 0 => {
                 room.set_queueing(true);
                 self.store.release(room, visitor, ctx.now).await?;
                 room.metrics.challenged.inc();
@@ -794,7 +813,7 @@ impl Gate {
             Verdict::Rejected(_) => room.metrics.rejected.inc(),
             Verdict::Ended => 0,
         };
-        Ok(self.verdict(room, visitor, verdict, ctx))
+        Ok(self.verdict(room, visitor, lane, verdict, ctx))
     }
 
     /// While the room queues and asks for proof of work: a challenge for a
@@ -846,6 +865,7 @@ impl Gate {
         &self,
         room: &Room,
         visitor: VisitorId,
+        lane: u8,
         verdict: Verdict,
         ctx: &Ctx<'_>,
     ) -> Decision {
@@ -864,7 +884,9 @@ impl Gate {
             }),
             Verdict::Queued(place) => Decision::Queued {
                 place,
-                ticket: self.tickets.queued(room, visitor, place, now, ctx.net),
+                ticket: self
+                    .tickets
+                    .queued(room, visitor, lane, place, now, ctx.net),
             },
             Verdict::Rejected(reason) => Decision::Rejected(reason),
             Verdict::Ended => Decision::Ended,

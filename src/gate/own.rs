@@ -60,9 +60,9 @@ impl Gate {
         let polled = match ticket {
             Some(Ticket {
                 visitor,
-                grant: Grant::Queued { seq },
+                grant: Grant::Queued { seq, lane },
                 ..
-            }) => Some(self.poll(&room, visitor, seq, ctx).await),
+            }) => Some(self.poll(&room, visitor, lane, seq, ctx).await),
             Some(Ticket {
                 visitor,
                 grant: Grant::Shadow { since_ms, position },
@@ -76,10 +76,13 @@ impl Gate {
                     self.status(&room, ctx.now, VisitorState::Admitted, None),
                     ticket.map(|t| self.tickets.set_cookie(&room, &t, ctx.now)),
                 ),
-                Ok(Decision::Queued { place, ticket }) => (
-                    self.status(&room, ctx.now, VisitorState::Queued, Some(place)),
-                    Some(self.tickets.set_cookie(&room, &ticket, ctx.now)),
-                ),
+                Ok(Decision::Queued { place, ticket }) => {
+                    let status = self.queued_status(&room, ctx.now, place, ticket.lane());
+                    (
+                        status,
+                        Some(self.tickets.set_cookie(&room, &ticket, ctx.now)),
+                    )
+                }
                 Ok(Decision::Rejected(reason)) => (
                     self.status(&room, ctx.now, pages::reject_state(reason), None),
                     None,
@@ -191,7 +194,31 @@ impl Gate {
             starts_in_seconds,
             challenge: None,
             captcha: None,
+            lane: None,
         }
+    }
+
+    /// The status of a visitor queued at `place` in lane `lane`: its
+    /// position counts that lane, and its wait is estimated at the lane's
+    /// share of the admissions (an upper bound while the other lanes wait).
+    pub(super) fn queued_status(
+        &self,
+        room: &Room,
+        now: Millis,
+        place: QueuePlace,
+        lane: u8,
+    ) -> Status {
+        let mut status = self.status(room, now, VisitorState::Queued, Some(place));
+        let policy = room.policy_at(now);
+        let share = u64::from(policy.lanes.shares[usize::from(lane).min(crate::store::MAX_LANES)]);
+        if policy.lanes.any() && share > 0 && status.state == VisitorState::Queued {
+            let as_if = status.position.saturating_mul(1000) / share;
+            status.eta_seconds =
+                room.rate
+                    .eta_seconds(as_if, &policy, room.config.refresh_interval);
+        }
+        status.lane = room.lane_name(lane).map(str::to_owned);
+        status
     }
 
     /// The status JSON of a visitor who must first solve `challenge`.

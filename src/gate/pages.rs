@@ -77,6 +77,9 @@ pub enum Shown {
         seq: u64,
         position: u64,
         queue_length: u64,
+        /// The priority lane (0: the general queue).
+        #[serde(default)]
+        lane: u8,
         cookie: String,
     },
     /// The proof of work to do first.
@@ -250,6 +253,7 @@ pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Respons
             starts_in_seconds: None,
             challenge: None,
             captcha: None,
+            lane: None,
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }

@@ -180,13 +180,17 @@ impl Tickets {
         &self,
         room: &Room,
         visitor: VisitorId,
+        lane: u8,
         place: QueuePlace,
         now: Millis,
         net: u64,
     ) -> Ticket {
         Ticket {
             visitor,
-            grant: Grant::Queued { seq: place.seq },
+            grant: Grant::Queued {
+                seq: place.seq,
+                lane,
+            },
             expires_ms: now + room.policy().abandon_after_ms,
             net: Some(net),
         }

@@ -43,8 +43,8 @@ pub mod model;
 pub mod redis;
 
 pub use crate::domain::{
-    EventSpec, Lanes, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState,
-    Settings, VisitorId, MAX_CHECK_IN_MS, MIN_CHECK_IN_MS, MAX_LANES,
+    EventSpec, Lanes, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, Settings,
+    VisitorId, MAX_CHECK_IN_MS, MAX_LANES, MIN_CHECK_IN_MS,
 };
 
 use std::sync::Arc;

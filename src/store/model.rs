@@ -219,8 +219,7 @@ impl ModelRoom {
                 if open && self.waiting() == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh, now);
                 }
-                if p.max_queue_length > 0 && self.line(lane).len() as u64 >= p.max_queue_length
-                {
+                if p.max_queue_length > 0 && self.line(lane).len() as u64 >= p.max_queue_length {
                     self.totals.rejected += 1;
                     return Verdict::Rejected(RejectReason::QueueFull);
                 }

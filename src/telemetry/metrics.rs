@@ -26,6 +26,13 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabel {
+    room: String,
+    lane: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     room: String,
     kind: &'static str,
@@ -62,6 +69,8 @@ pub struct Metrics {
     store_totals: Family<KindLabel, Gauge>,
     /// Outcomes of this instance's decisions.
     decisions: Family<OutcomeLabel, Counter>,
+    /// Visitors who entered a priority lane, and who were let in from one.
+    lane_decisions: Family<LaneLabel, Counter>,
     decision_latency: HistogramFamily<RoomLabel>,
     /// Time in queue of visitors let in from the queue by this instance.
     queue_wait: HistogramFamily<RoomLabel>,
@@ -107,9 +116,23 @@ pub struct RoomMetrics {
     pub token_refused: Counter,
     pub token_replayed: Counter,
     pub token_folded: Counter,
+    /// Lane codes refused (unknown, or single-use and used): the visitor
+    /// waits in the general queue.
+    pub lane_code_refused: Counter,
+    /// Per priority lane (lane 1 first): visitors who entered it, and who
+    /// were let in from it.
+    pub lanes: Vec<LaneMetrics>,
     pub decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
+}
+
+/// One priority lane's counts.
+#[derive(Clone)]
+pub struct LaneMetrics {
+    pub name: String,
+    pub entered: Counter,
+    pub admitted: Counter,
 }
 
 /// Live figures of a room, as the refresh task reads them.
@@ -140,6 +163,7 @@ impl Metrics {
             eta: Family::default(),
             store_totals: Family::default(),
             decisions: Family::default(),
+            lane_decisions: Family::default(),
             decision_latency: Family::new_with_constructor(latency_histogram),
             queue_wait: Family::new_with_constructor(wait_histogram),
             wait_hours: Mutex::default(),
@@ -170,8 +194,13 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed, shadowed, captcha_*, token_*, lane_code_refused)",
             m.decisions.clone(),
+        );
+        registry.register(
+            "lane_decisions",
+            "This instance's priority-lane decisions by lane and outcome (entered, admitted)",
+            m.lane_decisions.clone(),
         );
         registry.register(
             "decision_latency_seconds",
@@ -239,6 +268,8 @@ impl Metrics {
             token_refused: outcome("token_refused"),
             token_replayed: outcome("token_replayed"),
             token_folded: outcome("token_folded"),
+            lane_code_refused: outcome("lane_code_refused"),
+            lanes: Vec::new(),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {
                 room: room.to_owned(),
             }),
@@ -254,6 +285,28 @@ impl Metrics {
                     .or_default()
                     .clone(),
             },
+        }
+    }
+
+    /// [`Metrics::room`] for a room with priority lanes named `lanes`.
+    pub fn room_with_lanes(&self, room: &str, lanes: &[String]) -> RoomMetrics {
+        let lane = |name: &str, outcome| {
+            self.lane_decisions.get_or_create_owned(&LaneLabel {
+                room: room.to_owned(),
+                lane: name.to_owned(),
+                outcome,
+            })
+        };
+        RoomMetrics {
+            lanes: lanes
+                .iter()
+                .map(|name| LaneMetrics {
+                    name: name.clone(),
+                    entered: lane(name, "entered"),
+                    admitted: lane(name, "admitted"),
+                })
+                .collect(),
+            ..self.room(room)
         }
     }
 

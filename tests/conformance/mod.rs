@@ -183,7 +183,10 @@ impl Room<'_> {
         let mut out = Vec::with_capacity(n);
         for v in visitors(n) {
             let place = queued(self.arrive_in(v, lane, now).await);
-            assert_eq!(place.position, place.queue_length, "at the back of its lane");
+            assert_eq!(
+                place.position, place.queue_length,
+                "at the back of its lane"
+            );
             out.push((v, place.seq));
         }
         out
@@ -1942,7 +1945,10 @@ pub async fn lane_places_are_released_reset_and_put_back(h: &Harness) {
     assert_eq!(queued(r.poll_in(q[3].0, 1, q[3].1, at).await).position, 2);
     // A reset voids them all.
     r.reset(at + SECOND).await;
-    assert_eq!(r.poll_in(q[3].0, 1, q[3].1, at + 2 * SECOND).await, Verdict::Ended);
+    assert_eq!(
+        r.poll_in(q[3].0, 1, q[3].1, at + 2 * SECOND).await,
+        Verdict::Ended
+    );
     assert_eq!(r.stats(at + 2 * SECOND).await.queued, 0);
 }
 
@@ -2000,7 +2006,10 @@ pub async fn a_lane_with_all_the_share_goes_first(h: &Harness) {
     let at = T0 + 2 * SECOND;
     assert!(r.release(holders[0], at).await);
     admitted(r.poll_in(lane[0].0, 1, lane[0].1, at).await);
-    assert_eq!(queued(r.poll(general[0].0, general[0].1, at).await).position, 1);
+    assert_eq!(
+        queued(r.poll(general[0].0, general[0].1, at).await).position,
+        1
+    );
     assert!(r.release(lane[0].0, at).await);
     assert!(r.release(holders[1], at).await);
     admitted(r.poll_in(lane[1].0, 1, lane[1].1, at).await);

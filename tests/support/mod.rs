@@ -105,6 +105,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         failed_challenge: FailedChallenge::Retry,
         captcha: None,
         enqueue_token: None,
+        lanes: Vec::new(),
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],

@@ -42,9 +42,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    lane_index, next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod,
-    RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store,
-    StoreError, Verdict, VisitorId, MAX_LANES,
+    lane_index, next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod, RejectReason,
+    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict,
+    VisitorId, MAX_LANES,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};

@@ -26,12 +26,15 @@ local function decide()
     -- A place in the tail is found by the ticket's seq: from the tail's
     -- first seq on, a place is there and not in `queue`. One released
     -- there, or admitted in passthrough, is only marked until it moves to
-    -- `queue`; a visitor found there has no session otherwise.
+    -- `queue`; a visitor found there has no session otherwise. (Only a
+    -- `places` mark says so: an `ended` one is an earlier session's, of a
+    -- visitor who came back by id, as a token's member does, to this new
+    -- place.)
     local first = tail_ends(c)
     local tail = first and seq >= first.first and tail_find(c, visitor, seq, seq_s)
     local expiry
     if tail then
-        if marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor) then
+        if marked(c, c.k.places, visitor) then
             -- Ended there: it waits no more (answered below as any ended place).
             expiry = session_of(c, visitor)
             if expiry then

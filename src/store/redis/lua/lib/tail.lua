@@ -1,6 +1,6 @@
 -- tail: the back of a long queue, written one member per batch. Reads and
 -- writes `tail`, the `tail_ids:<n>` chunks and (when places move up)
--- `queue` and `polls`; reads `sessions`, `ended`, `places` and meta's
+-- `queue` and `polls`; reads `sessions`, `places` and meta's
 -- `reset_floor` to leave out who left.
 --
 -- A queue place in `queue` is a sorted-set entry per visitor, and writing
@@ -401,13 +401,14 @@ local function refill(c, want)
         end
         local stay, left_ids = {}, {}
         if #ids > 0 then
+            -- (Who left the tail has a `places` mark, or a session if
+            -- passthrough let it in; an `ended` mark is an earlier
+            -- session's, of a visitor who came back by id to this place.)
             local sessions = redis.call('ZMSCORE', c.k.sessions, unpack(ids))
-            local ended = redis.call('ZMSCORE', c.k.ended, unpack(ids))
             local places = redis.call('ZMSCORE', c.k.places, unpack(ids))
             for i, id in ipairs(ids) do
                 local seq = seqs[i]
                 local left = seq <= floor or sessions[i]
-                    or (ended[i] and tonumber(ended[i]) > c.now)
                     or (places[i] and tonumber(places[i]) > c.now)
                 if left then
                     left_ids[#left_ids + 1] = id

@@ -1,0 +1,99 @@
+//! Priority lanes at the gate (`[[room.lane]]`): which lane a newcomer
+//! enters. A code it brings (the `waitroom_code` parameter of its first
+//! link, or the `X-Waitroom-Code` header for apps) names a lane: a
+//! multi-use code any number of times, a single-use code once across every
+//! instance (noted in the store). A verified enqueue token's `lane` claim
+//! names one too, where the lane takes claims. Anything else (no code, an
+//! unknown or used one) is the general queue: a code that does not hold
+//! costs its bearer the lane, not the place. The store keeps each lane's
+//! line and takes turns between them (`store::LaneTurns`).
+
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderName};
+
+use super::{Ctx, Gate, Room};
+use crate::clock::Millis;
+use crate::domain::digest64;
+use crate::store::StoreError;
+
+/// The header apps send a lane code in.
+pub const X_WAITROOM_CODE: HeaderName = HeaderName::from_static("x-waitroom-code");
+/// The query parameter a link carries a lane code in.
+pub const CODE_PARAM: &str = "waitroom_code";
+
+/// How long a used single-use code is remembered: longer than any sale.
+const USED_CODE_MS: Millis = 366 * 24 * 3_600_000;
+
+/// The code a request brings: the header, else the link's parameter.
+fn presented<'r>(headers: &'r HeaderMap, query: Option<&'r str>) -> Option<Cow<'r, str>> {
+    if let Some(v) = headers.get(&X_WAITROOM_CODE) {
+        return v.to_str().ok().map(Cow::Borrowed);
+    }
+    let query = query?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == CODE_PARAM)
+        .map(|(_, v)| Cow::Owned(v.into_owned()))
+}
+
+impl Room {
+    /// The name of lane `lane` as visitors see it (`None`: the general queue).
+    pub(super) fn lane_name(&self, lane: u8) -> Option<&str> {
+        let i = usize::from(lane).checked_sub(1)?;
+        self.config.lanes.get(i).map(|l| l.name.as_str())
+    }
+
+    /// The lane a ticket names, if the room still has it (else the
+    /// general queue, where the ticket's place is put back at its seq).
+    pub(super) fn known_lane(&self, lane: u8) -> u8 {
+        match self.lane_name(lane) {
+            Some(_) => lane,
+            None => 0,
+        }
+    }
+}
+
+impl Gate {
+    /// The lane a newcomer enters (0: the general queue): by the code it
+    /// brings, else by its verified token's `lane` claim.
+    pub(super) async fn lane_entry(
+        &self,
+        room: &Room,
+        headers: &HeaderMap,
+        ctx: &Ctx<'_>,
+        claim: Option<&str>,
+    ) -> Result<u8, StoreError> {
+        let lanes = &room.config.lanes;
+        if lanes.is_empty() {
+            return Ok(0);
+        }
+        if let Some(code) = presented(headers, ctx.canonical.query()) {
+            let digest = digest64(code.trim());
+            if let Some(i) = lanes.iter().position(|l| l.codes.contains(&digest)) {
+                return Ok(self.entered(room, i));
+            }
+            if let Some(i) = lanes.iter().position(|l| l.single_use.contains(&digest)) {
+                let until = ctx.now + USED_CODE_MS;
+                let noted = self
+                    .store
+                    .note(room, "codes", &[digest], until, ctx.now)
+                    .await?;
+                if noted.added == 1 {
+                    return Ok(self.entered(room, i));
+                }
+                tracing::debug!(room = %room.config.id, client = %ctx.client, "a used lane code came again");
+            }
+            room.metrics.lane_code_refused.inc();
+        }
+        let by_claim = claim.and_then(|c| lanes.iter().position(|l| l.token_claim && l.name == c));
+        Ok(by_claim.map_or(0, |i| self.entered(room, i)))
+    }
+
+    /// Lane `i + 1` entered, counted.
+    fn entered(&self, room: &Room, i: usize) -> u8 {
+        if let Some(m) = room.metrics.lanes.get(i) {
+            m.entered.inc();
+        }
+        (i + 1) as u8
+    }
+}

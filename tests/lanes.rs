@@ -1,0 +1,298 @@
+//! Priority lanes over real HTTP: a code or a token's claim puts a
+//! newcomer in its lane; the lanes share the admissions as configured and
+//! keep arrival order inside; nobody's shown position goes back when
+//! someone enters a lane; the page and the JSON say which lane; a
+//! single-use code works once across two instances on one Redis.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use support::Harness;
+use waitroom::config::{Backend, EnqueueToken, LaneConfig};
+use waitroom::domain::digest64;
+use waitroom::enqueue::TokenKeys;
+use waitroom::store::VisitorId;
+
+const MEMBERS: &str = "MEMBERS-2026";
+const ONCE: &str = "ONE-TIME-7Q2";
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+/// Room "shop" for one, behind a trusted proxy, with a lane "presale"
+/// (30%: a multi-use code, a single-use code, and tokens claiming it).
+async fn daemon(redis: Option<String>) -> Harness {
+    Harness::start(move |c| {
+        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let room = &mut c.rooms[0];
+        room.total_active_users = 1;
+        room.enqueue_token = Some(EnqueueToken {
+            required: false,
+            keys: TokenKeys {
+                hmac: vec![SECRET.to_vec()],
+                public: vec![],
+            },
+        });
+        room.lanes = vec![LaneConfig {
+            name: "presale".into(),
+            share: 300,
+            codes: HashSet::from([digest64(MEMBERS)]),
+            single_use: HashSet::from([digest64(ONCE)]),
+            token_claim: true,
+        }];
+        if let Some(url) = redis {
+            c.store.backend = Backend::Redis { urls: vec![url] };
+        }
+    })
+    .await
+}
+
+/// One browser: its own cookies, its own address.
+struct Browser {
+    client: reqwest::Client,
+    ip: String,
+}
+
+impl Browser {
+    fn new(h: &Harness, n: usize) -> Self {
+        let _ = h;
+        Self {
+            client: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            ip: format!("203.0.{}.{}", n / 200, n % 200 + 1),
+        }
+    }
+
+    /// The room's answer to `path`, as JSON.
+    async fn json(&self, h: &Harness, path: &str, headers: &[(&str, &str)]) -> serde_json::Value {
+        let mut req = self
+            .client
+            .get(h.url(path))
+            .header("x-forwarded-for", &self.ip)
+            .header("accept", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        resp.json().await.unwrap_or_default()
+    }
+
+    /// A poll, as the page's script makes it.
+    async fn poll(&self, h: &Harness) -> serde_json::Value {
+        self.json(h, "/__waitroom/status?room=shop", &[]).await
+    }
+
+    /// The id the origin knows this admitted browser by.
+    async fn admitted_id(&self, h: &Harness) -> VisitorId {
+        let resp = self
+            .client
+            .get(h.url("/shop/"))
+            .header("x-forwarded-for", &self.ip)
+            .send()
+            .await
+            .unwrap();
+        support::admitted_id(resp).await
+    }
+}
+
+fn token(claims: serde_json::Value) -> String {
+    let h = URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#);
+    let p = URL_SAFE_NO_PAD.encode(claims.to_string());
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET).unwrap();
+    mac.update(format!("{h}.{p}").as_bytes());
+    format!(
+        "{h}.{p}.{}",
+        URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_share_admissions_keep_fifo_and_move_nobody_back() {
+    let h = daemon(None).await;
+    let holder = Browser::new(&h, 0);
+    assert!(holder.json(&h, "/shop/", &[]).await["headers"].is_object());
+    // Ten in the general queue, then ten with the presale code,
+    // alternating arrivals; every position is within its own line.
+    let mut general = Vec::new();
+    let mut presale = Vec::new();
+    for i in 0..10 {
+        let g = Browser::new(&h, 1 + 2 * i);
+        let v = g.json(&h, "/shop/", &[]).await;
+        assert_eq!(
+            (v["state"].as_str(), v["position"].as_u64()),
+            (Some("queued"), Some(i as u64 + 1)),
+            "{v}"
+        );
+        assert!(
+            v.get("lane").is_none(),
+            "the general queue names no lane: {v}"
+        );
+        general.push(g);
+        let p = Browser::new(&h, 2 + 2 * i);
+        let v = p
+            .json(&h, &format!("/shop/?waitroom_code={MEMBERS}"), &[])
+            .await;
+        assert_eq!(v["lane"], "presale", "{v}");
+        assert_eq!(v["position"].as_u64(), Some(i as u64 + 1), "{v}");
+        presale.push(p);
+    }
+    // Positions before any admission: a lane's arrivals moved nobody in
+    // the general queue.
+    h.clock.advance(Duration::from_secs(5));
+    for (i, g) in general.iter().enumerate() {
+        let v = g.poll(&h).await;
+        assert_eq!(v["position"].as_u64(), Some(i as u64 + 1), "{v}");
+        assert_eq!(v["queue_length"].as_u64(), Some(10), "{v}");
+    }
+    let mut inside = holder.admitted_id(&h).await;
+    let mut shown: Vec<u64> = vec![u64::MAX; 20];
+    let mut let_in = Vec::new();
+    for _ in 0..10 {
+        h.clock.advance(Duration::from_secs(5));
+        let now = h.clock_now();
+        assert!(h.store().release(&h.policy(), inside, now).await.unwrap());
+        let mut admitted = None;
+        for (lane, line) in [(0, &general), (1, &presale)] {
+            for (i, b) in line.iter().enumerate() {
+                let v = b.poll(&h).await;
+                match v["state"].as_str() {
+                    Some("queued") => {
+                        let at = v["position"].as_u64().unwrap();
+                        let k = lane * 10 + i;
+                        assert!(
+                            at <= shown[k],
+                            "a position went back: {at} after {}",
+                            shown[k]
+                        );
+                        shown[k] = at;
+                    }
+                    Some("admitted") if shown[lane * 10 + i] != 0 => {
+                        assert!(admitted.is_none(), "two let in for one place");
+                        // FIFO within the lane: the first still waiting.
+                        let before = line[..i].len();
+                        assert_eq!(
+                            (0..before).filter(|&j| shown[lane * 10 + j] != 0).count(),
+                            0,
+                            "lane {lane}: {i} let in before an earlier arrival"
+                        );
+                        shown[lane * 10 + i] = 0;
+                        admitted = Some((lane, i));
+                    }
+                    Some("admitted") => {}
+                    other => panic!("{other:?}: {v}"),
+                }
+            }
+        }
+        let (lane, i) = admitted.expect("one let in per freed place");
+        let_in.push(lane);
+        let line = if lane == 0 { &general } else { &presale };
+        inside = line[i].admitted_id(&h).await;
+    }
+    let from_lane = let_in.iter().filter(|&&l| l == 1).count();
+    assert_eq!(from_lane, 3, "30% of ten admissions: {let_in:?}");
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"waitroom_lane_decisions_total{room="shop",lane="presale",outcome="entered"} 10"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"waitroom_lane_decisions_total{room="shop",lane="presale",outcome="admitted"} 3"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
+    let h = daemon(None).await;
+    let holder = Browser::new(&h, 0);
+    holder.json(&h, "/shop/", &[]).await;
+    let (status, cookie, body) = h
+        .page(
+            &format!("/shop/?waitroom_code={MEMBERS}"),
+            &[
+                ("x-forwarded-for", "203.0.113.5"),
+                ("accept-language", "de"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(cookie.is_some());
+    assert!(
+        body.contains(r#"<p id="wr-lane">Vorrangige Warteschlange: presale</p>"#),
+        "{body}"
+    );
+    let claims = serde_json::json!({
+        "sub": "member-1", "room": "shop", "exp": h.clock_now() / 1000 + 600, "lane": "presale",
+    });
+    let b = Browser::new(&h, 7);
+    let v = b
+        .json(&h, "/shop/", &[("x-waitroom-token", &token(claims))])
+        .await;
+    assert_eq!(
+        (v["lane"].as_str(), v["position"].as_u64()),
+        (Some("presale"), Some(2)),
+        "{v}"
+    );
+    // A claim naming a lane the room does not have is the general queue.
+    let claims = serde_json::json!({
+        "sub": "member-2", "room": "shop", "exp": h.clock_now() / 1000 + 600, "lane": "staff",
+    });
+    let v = Browser::new(&h, 8)
+        .json(&h, "/shop/", &[("x-waitroom-token", &token(claims))])
+        .await;
+    assert!(v.get("lane").is_none(), "{v}");
+    // An unknown code too, counted.
+    let v = Browser::new(&h, 9)
+        .json(&h, "/shop/?waitroom_code=GUESS", &[])
+        .await;
+    assert!(v.get("lane").is_none(), "{v}");
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains(r#"outcome="lane_code_refused"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_use_code_works_once_across_two_instances_on_one_redis() {
+    let server = tokio::task::spawn_blocking(redis_server::RedisServer::start)
+        .await
+        .unwrap();
+    let a = daemon(Some(server.url())).await;
+    let b = daemon(Some(server.url())).await;
+    Browser::new(&a, 0).json(&a, "/shop/", &[]).await;
+    let first = Browser::new(&a, 1)
+        .json(&a, &format!("/shop/?waitroom_code={ONCE}"), &[])
+        .await;
+    assert_eq!(first["lane"], "presale", "{first}");
+    // The same code at the other instance, from another browser and
+    // address, and again at the first: the general queue.
+    for (h, n) in [(&b, 2), (&a, 3)] {
+        let again = Browser::new(h, n)
+            .json(h, &format!("/shop/?waitroom_code={ONCE}"), &[])
+            .await;
+        assert_eq!(again["state"], "queued", "{again}");
+        assert!(again.get("lane").is_none(), "a used code: {again}");
+    }
+    let stats = a.store().stats(&a.policy(), a.clock_now()).await.unwrap();
+    assert_eq!((stats.queued, stats.lane_queued[0]), (3, 1));
+    // The holder of the code keeps its place in the lane as it polls.
+    assert!(b
+        .metrics()
+        .await
+        .contains(r#"outcome="lane_code_refused"} 1"#));
+}
