@@ -484,7 +484,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `enqueue_token`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `enqueue_token`, `lane`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",
@@ -1163,4 +1163,71 @@ fn allow_missing_keys_only_relaxes_the_key_requirement() {
     // A bad key is still an error.
     let src = format!("[cookie]\nkeys = [\"abc\"]\n{MINIMAL}");
     assert!(from_toml_str_with(&src, options, &no_env).is_err());
+}
+
+/// `[[room.lane]]`: shares, names, ways in and codes are checked; a good
+/// one becomes the room policy's lanes.
+#[test]
+fn lanes_are_checked_and_become_the_policy() {
+    let dir = std::env::temp_dir().join(format!("wr-lanes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let once = dir.join("codes.txt");
+    std::fs::write(&once, "# presale\nONE-1\n\nONE-2\n").unwrap();
+    let env = env_of(&[("WAITROOM_COOKIE_KEYS", KEY_A), ("CODES", "A, B"), ("STAFF", "STAFF-1")]);
+    let room = |lanes: &str| {
+        format!(
+            "[origin]\nurl = \"http://127.0.0.1:3000\"\n\n[[room]]\nid = \"shop\"\npath = \"/\"\ntotal_active_users = 10\nnew_users_per_minute = 60\n{lanes}"
+        )
+    };
+    let good = room(&format!(
+        "[[room.lane]]\nname = \"presale\"\nshare = 0.3\ncodes_env = \"CODES\"\nsingle_use_codes_file = {:?}\n\n[[room.lane]]\nname = \"staff\"\nshare = 0.2\ncodes_env = \"STAFF\"\n",
+        once.to_str().unwrap()
+    ));
+    let c = from_toml_str_with_env(&good, &env).unwrap();
+    let lanes = &c.rooms[0].lanes;
+    assert_eq!((lanes[0].codes.len(), lanes[0].single_use.len()), (2, 2));
+    let p = c.rooms[0].policy();
+    assert_eq!((p.lanes.count, &p.lanes.shares[..3]), (2, &[500, 300, 200][..]));
+    for (lanes, want) in [
+        (
+            "[[room.lane]]\nname = \"presale\"\nshare = 0\ncodes_env = \"CODES\"\n",
+            "room[0].lane[0].share",
+        ),
+        (
+            "[[room.lane]]\nname = \"a\"\nshare = 0.6\ncodes_env = \"CODES\"\n[[room.lane]]\nname = \"b\"\nshare = 0.6\ntoken_claim = false\nsingle_use_codes_file = \"/nonexistent/codes\"\n",
+            "add up to 1.2",
+        ),
+        (
+            "[[room.lane]]\nname = \"presale\"\nshare = 0.3\n",
+            "no way in",
+        ),
+        (
+            "[[room.lane]]\nname = \"presale\"\nshare = 0.3\ntoken_claim = true\n",
+            "needs [room.enqueue_token]",
+        ),
+        (
+            "[[room.lane]]\nname = \"General\"\nshare = 0.3\ncodes_env = \"CODES\"\n",
+            "room[0].lane[0].name",
+        ),
+        (
+            "[[room.lane]]\nname = \"general\"\nshare = 0.3\ncodes_env = \"CODES\"\n",
+            "is taken",
+        ),
+        (
+            "[[room.lane]]\nname = \"a\"\nshare = 0.3\ncodes_env = \"CODES\"\n[[room.lane]]\nname = \"b\"\nshare = 0.3\ncodes_env = \"CODES\"\n",
+            "a code is given twice",
+        ),
+        (
+            "[[room.lane]]\nname = \"a\"\nshare = 0.3\ncodes_env = \"NOPE\"\n",
+            "NOPE is not set",
+        ),
+    ] {
+        let e = err(&room(lanes), &env);
+        assert!(e.contains(want), "{lanes}: {e}");
+    }
+    let five: String = (0..5)
+        .map(|i| format!("[[room.lane]]\nname = \"l{i}\"\nshare = 0.1\ncodes_env = \"CODES\"\n"))
+        .collect();
+    assert!(err(&room(&five), &env).contains("at most 4"));
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -33,6 +33,10 @@
 //!   [`Verdict::Ended`] or `None`, never their place back. Only a store that
 //!   *lost* its data (restart, `FLUSHALL`) forgets these marks, and then the
 //!   tickets restore what they carry (I5).
+//! * A room may have priority lanes ([`Lanes`]): each a queue of its own,
+//!   ordered by `seq`, positions counted within it. Promotion serves the
+//!   lanes by turns ([`LaneTurns`]), each its share while several wait,
+//!   FIFO within each; a visitor waits in one lane at most.
 //! * A queue place that became a session is used up: it is marked ended for
 //!   `abandon_after` from the admission (as long as its ticket can poll), so
 //!   once the session is over, by expiry too, that ticket gets
