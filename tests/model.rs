@@ -1032,3 +1032,10 @@ fn parse_ops(text: &str) -> Vec<Op> {
 fn finding_a_member_back_after_a_revoke_keeps_its_new_place_in_the_tail() {
     finding("[LaneArrive(0,),Burst(3,),Revoke(42897,),Burst(6,),Burst(3,),Again(0,),Advance(1,),Again(0,),Poll(23892,),]");
 }
+
+/// A lane's first visitor, still polling, was dropped as abandoned when
+/// its turn came: promotion deleted its poll record before reading it.
+#[test]
+fn finding_a_lane_visitor_who_polls_is_let_in_not_dropped() {
+    finding("[Burst(8,),LaneArrive(0,),Lanes(0,),Limits{cap:0,rate:0,},LaneArrive(0,),LaneArrive(0,),Burst(1,),Advance(19961,),Poll(31065,),Advance(70040,),]");
+}

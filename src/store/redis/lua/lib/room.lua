@@ -297,9 +297,10 @@ local function take_lane(c, lane)
             return nil
         end
         local visitor = head[1]
+        -- (Whether it still polls is read before its record goes.)
+        local gone = gone_of(c, head)
         redis.call('ZREM', key, visitor)
         redis.call('HDEL', c.k.polls, visitor)
-        local gone = gone_of(c, head)
         if #gone > 0 then
             redis.call('HINCRBY', c.k.meta, 'abandoned', 1)
         elseif tonumber(head[2]) > c.reset_floor then
