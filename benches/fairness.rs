@@ -28,9 +28,7 @@ use redis_server::RedisServer;
 use waitroom::clock::{Clock, SystemClock};
 use waitroom::domain::digest64;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{
-    Lanes, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
-};
+use waitroom::store::{Lanes, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 /// Arrivals in flight at once (the daemon gathers concurrent ones).
 const CONCURRENCY: usize = 64;
@@ -85,7 +83,12 @@ fn cpu_us(pid: u32) -> f64 {
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) * 1e6 / tick
 }
 
@@ -133,25 +136,40 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
         }
         Variant::LaneCode => {
             let code = digest64(&format!("code-{i}"));
-            let noted = store.note(&p.room, "codes", &[code], until, now).await.unwrap();
+            let noted = store
+                .note(&p.room, "codes", &[code], until, now)
+                .await
+                .unwrap();
             assert_eq!(noted.added, 1);
             store.arrive_in(p, VisitorId::random(), 1, now).await
         }
         Variant::Token | Variant::TokenLane => {
             let id = member(i);
             let jti = digest64(&format!("jti-{i}"));
-            store.note(&p.room, "jti", &[jti], until, now).await.unwrap();
+            store
+                .note(&p.room, "jti", &[jti], until, now)
+                .await
+                .unwrap();
             let nets = format!("nets:{}", id.to_hex());
-            store.note(&p.room, &nets, &[i % 997], until, now).await.unwrap();
+            store
+                .note(&p.room, &nets, &[i % 997], until, now)
+                .await
+                .unwrap();
             let sub = digest64(&format!("sub-{i}"));
-            store.note(&p.room, "subs", &[sub], until, now).await.unwrap();
+            store
+                .note(&p.room, "subs", &[sub], until, now)
+                .await
+                .unwrap();
             match v {
                 Variant::TokenLane => store.arrive_in(p, id, 1, now).await,
                 _ => store.arrive(p, id, now).await,
             }
         }
     };
-    assert!(matches!(verdict, Ok(Verdict::Queued(_) | Verdict::Admitted { .. })));
+    assert!(matches!(
+        verdict,
+        Ok(Verdict::Queued(_) | Verdict::Admitted { .. })
+    ));
 }
 
 struct Figures {
@@ -168,7 +186,10 @@ async fn run(server: &RedisServer, store: &RedisStore, v: Variant, n: u64, round
     let p = room(&format!("fair-{round}-{v:?}"), lanes);
     let now = SystemClock.now_ms();
     // The room is full: every arrival in the run queues.
-    store.arrive_new(&p, VisitorId::random(), now).await.unwrap();
+    store
+        .arrive_new(&p, VisitorId::random(), now)
+        .await
+        .unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let cpu0 = cpu_us(server.pid());
     let started = Instant::now();

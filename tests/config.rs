@@ -1173,7 +1173,11 @@ fn lanes_are_checked_and_become_the_policy() {
     std::fs::create_dir_all(&dir).unwrap();
     let once = dir.join("codes.txt");
     std::fs::write(&once, "# presale\nONE-1\n\nONE-2\n").unwrap();
-    let env = env_of(&[("WAITROOM_COOKIE_KEYS", KEY_A), ("CODES", "A, B"), ("STAFF", "STAFF-1")]);
+    let env = env_of(&[
+        ("WAITROOM_COOKIE_KEYS", KEY_A),
+        ("CODES", "A, B"),
+        ("STAFF", "STAFF-1"),
+    ]);
     let room = |lanes: &str| {
         format!(
             "[origin]\nurl = \"http://127.0.0.1:3000\"\n\n[[room]]\nid = \"shop\"\npath = \"/\"\ntotal_active_users = 10\nnew_users_per_minute = 60\n{lanes}"
@@ -1187,7 +1191,10 @@ fn lanes_are_checked_and_become_the_policy() {
     let lanes = &c.rooms[0].lanes;
     assert_eq!((lanes[0].codes.len(), lanes[0].single_use.len()), (2, 2));
     let p = c.rooms[0].policy();
-    assert_eq!((p.lanes.count, &p.lanes.shares[..3]), (2, &[500, 300, 200][..]));
+    assert_eq!(
+        (p.lanes.count, &p.lanes.shares[..3]),
+        (2, &[500, 300, 200][..])
+    );
     for (lanes, want) in [
         (
             "[[room.lane]]\nname = \"presale\"\nshare = 0\ncodes_env = \"CODES\"\n",

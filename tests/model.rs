@@ -49,7 +49,9 @@ enum Op {
     /// token's member id does), into a lane this number picks: it keeps
     /// what it holds, in any lane. (Only those: a newcomer's id is made
     /// for it and never arrives twice, so its batched session is not
-    /// looked up by id.)
+    /// looked up by id. Nor those the admin API released: Redis gives such
+    /// a visitor back its released place while it is in the tail, until it
+    /// moves up; docs/redis-layout.md.)
     Again(u16),
     /// The room's lanes become two, with the shares this number picks
     /// (from then on it has two lanes; their shares may change again).
@@ -130,6 +132,8 @@ struct Visitor {
     lane: u8,
     /// It came through `arrive_in` (its id may arrive again).
     by_lane: bool,
+    /// The admin API released it (see `Op::Again`).
+    released: bool,
     ticket: Ticket,
     /// The last queue ticket it held (kept after an admission): its seq
     /// and when it lapses.
@@ -273,6 +277,7 @@ impl Case<'_> {
                         id,
                         lane: 0,
                         by_lane: false,
+                        released: false,
                         ticket: Ticket::None,
                         old_queue: None,
                     });
@@ -298,6 +303,7 @@ impl Case<'_> {
                     id,
                     lane,
                     by_lane: true,
+                    released: false,
                     ticket: Ticket::None,
                     old_queue: None,
                 });
@@ -305,7 +311,7 @@ impl Case<'_> {
                 self.hold(i, &store);
             }
             Op::Again(k) => {
-                let Some(i) = self.pick(k, |v| v.by_lane) else {
+                let Some(i) = self.pick(k, |v| v.by_lane && !v.released) else {
                     return Ok(());
                 };
                 let lane = self.lane_of((k >> 8) as u8);
@@ -397,6 +403,7 @@ impl Case<'_> {
                     return Ok(());
                 };
                 let id = self.visitors[i].id;
+                self.visitors[i].released = true;
                 let model = self.model.release(&p, id, now).await.unwrap();
                 let store = self.store.release(&p, id, now).await.expect("release");
                 if self.trace {
@@ -850,12 +857,17 @@ fn the_redis_cluster_store_agrees_with_the_model() {
 
 /// Runs the sequence in `WR_MODEL_REPLAY` (as a failing case prints it) on
 /// Redis, each step printed: `WR_MODEL_REPLAY='[Burst(3,), ...]' cargo test
-/// --test model -- --ignored replay --nocapture`. A tool for a finding, not
-/// a test of its own.
+/// --test model -- --ignored replay --nocapture` (on a Cluster with
+/// `WR_MODEL_CLUSTER=1`). A tool for a finding, not a test of its own.
 #[test]
 #[ignore]
 fn replay() {
     let ops = parse_ops(&std::env::var("WR_MODEL_REPLAY").expect("WR_MODEL_REPLAY"));
+    if std::env::var_os("WR_MODEL_CLUSTER").is_some() {
+        let cluster = redis_server::RedisCluster::start();
+        redis_run(cluster.urls(), Run::One(&ops, true));
+        return;
+    }
     let server = redis_server::RedisServer::start();
     redis_run(vec![server.url()], Run::One(&ops, true));
 }
