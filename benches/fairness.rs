@@ -12,7 +12,12 @@
 //! * `lane code`: a single-use code noted once, then `arrive_in` its lane;
 //! * `token`: the token's `jti`, its networks and its `sub` noted, then
 //!   `arrive` under the member's id;
-//! * `token + lane claim`: the same, into the claimed lane.
+//! * `token + lane claim`: the same, into the claimed lane;
+//! * `token, sub seen before`: a member the room saw within a day comes
+//!   again: looked for everywhere, the back of the queue included (its
+//!   cost grows with the queue; here it finds nothing).
+//!
+//! Each run fills the room's queue by its own arrivals (`WR_BENCH_N`).
 //!
 //! `cargo bench --bench fairness`; `WR_BENCH_N` (default 20000) arrivals
 //! per variant and round, `WR_BENCH_ROUNDS` (default 2) rounds, the
@@ -99,15 +104,17 @@ enum Variant {
     LaneCode,
     Token,
     TokenLane,
+    TokenAgain,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 6] = [
         Variant::Plain,
         Variant::PlainWithLanes,
         Variant::LaneCode,
         Variant::Token,
         Variant::TokenLane,
+        Variant::TokenAgain,
     ];
 
     fn name(self) -> &'static str {
@@ -117,6 +124,7 @@ impl Variant {
             Variant::LaneCode => "lane code",
             Variant::Token => "token",
             Variant::TokenLane => "token + lane claim",
+            Variant::TokenAgain => "token, sub seen before",
         }
     }
 }
@@ -141,9 +149,9 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
                 .await
                 .unwrap();
             assert_eq!(noted.added, 1);
-            store.arrive_in(p, VisitorId::random(), 1, now).await
+            store.arrive_new_in(p, VisitorId::random(), 1, now).await
         }
-        Variant::Token | Variant::TokenLane => {
+        Variant::Token | Variant::TokenLane | Variant::TokenAgain => {
             let id = member(i);
             let jti = digest64(&format!("jti-{i}"));
             store
@@ -160,9 +168,12 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
                 .note(&p.room, "subs", &[sub], until, now)
                 .await
                 .unwrap();
+            // A sub new to the room: the tail is not read for it; one
+            // seen before is looked for everywhere (here it holds nothing).
             match v {
-                Variant::TokenLane => store.arrive_in(p, id, 1, now).await,
-                _ => store.arrive(p, id, now).await,
+                Variant::TokenLane => store.arrive_unseen(p, id, 1, now).await,
+                Variant::TokenAgain => store.arrive(p, id, now).await,
+                _ => store.arrive_unseen(p, id, 0, now).await,
             }
         }
     };
@@ -180,7 +191,7 @@ struct Figures {
 
 async fn run(server: &RedisServer, store: &RedisStore, v: Variant, n: u64, round: u64) -> Figures {
     let lanes = match v {
-        Variant::Plain | Variant::Token => Lanes::NONE,
+        Variant::Plain | Variant::Token | Variant::TokenAgain => Lanes::NONE,
         _ => Lanes::with_shares(&[300, 200]),
     };
     let p = room(&format!("fair-{round}-{v:?}"), lanes);

@@ -289,7 +289,18 @@ impl Case<'_> {
                 let lane = self.lane_of(k);
                 let id = VisitorId::random();
                 let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
-                let store = self.store.arrive_in(&p, id, lane, now).await.expect("lane");
+                // A newcomer's id, made for it, half of the time (a lane's
+                // sessions are looked up by id either way; the general
+                // queue's newcomers are batched, so never).
+                let store = if lane > 0 && k & 2 == 0 {
+                    self.store.arrive_new_in(&p, id, lane, now).await
+                } else if k & 4 == 0 {
+                    // A member the room has not seen lately.
+                    self.store.arrive_unseen(&p, id, lane, now).await
+                } else {
+                    self.store.arrive_in(&p, id, lane, now).await
+                };
+                let store = store.expect("lane");
                 if self.trace {
                     eprintln!(
                         "   visitor {} lane {lane}: model {model:?} store {store:?}",

@@ -134,7 +134,7 @@ impl StoreGuard {
                 async move {
                     match lane {
                         0 => self.shared.arrive_new(&p, visitor, now).await,
-                        _ => self.shared.arrive_in(&p, visitor, lane, now).await,
+                        _ => self.shared.arrive_new_in(&p, visitor, lane, now).await,
                     }
                 }
             })
@@ -165,11 +165,14 @@ impl StoreGuard {
     /// id holds, or decides anew. Nothing is orphaned when the answer comes
     /// too late: the id may hold a place it earned before, and a new one
     /// made meanwhile is the member's own, found again at their next try.
+    /// `unseen`: the room has not seen the member lately
+    /// (`Store::arrive_unseen`).
     pub async fn arrive_member(
         &self,
         room: &Room,
         visitor: VisitorId,
         lane: u8,
+        unseen: bool,
         now: Millis,
     ) -> Result<Verdict, StoreError> {
         if self.shared.answers().is_some() && self.lag.recent() >= self.timeout / 2 {
@@ -177,7 +180,10 @@ impl StoreGuard {
         }
         let shared = self
             .decide(room, now, |p| async move {
-                self.shared.arrive_in(&p, visitor, lane, now).await
+                match unseen {
+                    true => self.shared.arrive_unseen(&p, visitor, lane, now).await,
+                    false => self.shared.arrive_in(&p, visitor, lane, now).await,
+                }
             })
             .await;
         match shared {

@@ -22,6 +22,11 @@ pub const X_WAITROOM_TOKEN: HeaderName = HeaderName::from_static("x-waitroom-tok
 /// The query parameter a link carries a token in.
 pub const TOKEN_PARAM: &str = "waitroom_token";
 
+/// How long the room remembers that a `sub` came (at least as long as its
+/// token lives): a member not seen for this long holds no place in the
+/// back of the queue that a store must read through to find.
+pub const MEMBER_MEMORY_MS: u64 = 24 * 3_600_000;
+
 /// Separates the member-id key from any other use of the cookie key.
 const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
 
@@ -29,8 +34,15 @@ const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
 pub(super) enum Entry {
     /// No token and none needed: a visitor like any other.
     Anyone,
-    /// A verified member, under this id, and its token's `lane` claim.
-    Member(VisitorId, Option<String>),
+    /// A verified member, under this id, with its token's `lane` claim,
+    /// and whether the room had not seen its `sub` within
+    /// [`MEMBER_MEMORY_MS`] (so it holds no place a store must look for
+    /// at length).
+    Member {
+        visitor: VisitorId,
+        claim: Option<String>,
+        unseen: bool,
+    },
     /// Turned away: no token where one is required (`missing`), or one
     /// that does not hold.
     Refused { missing: bool },
@@ -128,16 +140,21 @@ impl Gate {
             }
         }
         room.metrics.token_verified.inc();
+        let remember = until.max(ctx.now + MEMBER_MEMORY_MS);
         let noted = self
             .store
-            .note(room, "subs", &[hash64(&claims.sub)], until, ctx.now)
+            .note(room, "subs", &[hash64(&claims.sub)], remember, ctx.now)
             .await?;
         if noted.added == 0 {
             // Someone came back (another browser, address or instance):
             // they find their own place, not a second one.
             room.metrics.token_folded.inc();
         }
-        Ok(Entry::Member(visitor, claims.lane))
+        Ok(Entry::Member {
+            visitor,
+            claim: claims.lane,
+            unseen: noted.added == 1,
+        })
     }
 
     /// The visitor id the room knows `sub` by.

@@ -758,11 +758,15 @@ impl Gate {
         match self.enqueue_entry(room, req, ctx).await? {
             members::Entry::Anyone => {}
             members::Entry::Refused { missing } => return Ok(Decision::TokenRefused { missing }),
-            members::Entry::Member(visitor, claim) => {
+            members::Entry::Member {
+                visitor,
+                claim,
+                unseen,
+            } => {
                 let lane = self.lane_entry(room, req, ctx, claim.as_deref()).await?;
                 let verdict = self
                     .store
-                    .arrive_member(room, visitor, lane, ctx.now)
+                    .arrive_member(room, visitor, lane, unseen, ctx.now)
                     .await?;
                 match verdict {
                     Verdict::Admitted { .. } => room.metrics.admitted.inc(),

@@ -323,6 +323,33 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
+    /// `arrive_in` for a visitor whose id was just made for it (as
+    /// [`Store::arrive_new`]): a store may skip looking it up.
+    async fn arrive_new_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        self.arrive_in(room, visitor, lane, now_ms).await
+    }
+
+    /// `arrive_in` for a visitor by a stable id the room has not seen
+    /// lately (a token's member whose `sub` was not noted within a day): a
+    /// store may skip the lookups whose cost grows with the queue (Redis:
+    /// reading the tail), not the others, and its session and place are
+    /// found by id at its next arrival.
+    async fn arrive_unseen(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        self.arrive_in(room, visitor, lane, now_ms).await
+    }
+
     /// `poll` of a visitor whose ticket says it waits in `lane`: a place
     /// the store lost is put back in that lane at `seq` (I5).
     async fn poll_in(

@@ -93,6 +93,7 @@ macro_rules! store_conformance {
             lane_places_are_released_reset_and_put_back,
             a_lane_nobody_waits_in_saves_no_turns,
             a_lane_with_all_the_share_goes_first,
+            an_unseen_member_is_found_by_id_when_it_comes_again,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -2014,4 +2015,39 @@ pub async fn a_lane_with_all_the_share_goes_first(h: &Harness) {
     assert!(r.release(holders[1], at).await);
     admitted(r.poll_in(lane[1].0, 1, lane[1].1, at).await);
     admitted(r.poll(general[0].0, general[0].1, at).await);
+}
+
+/// A member the room had not seen (`arrive_unseen`, which may skip the
+/// costly lookups) holds a session or a place like anyone, found by id at
+/// its next arrival, in the general queue or a lane, past the head too.
+pub async fn an_unseen_member_is_found_by_id_when_it_comes_again(h: &Harness) {
+    let mut p = room("unseen");
+    p.total_active_users = 1;
+    p.lanes = Lanes::with_shares(&[300]);
+    let r = bind(h, p);
+    let inside = VisitorId::random();
+    let expiry = admitted(r.h.store.arrive_unseen(&r.p, inside, 0, T0).await.unwrap());
+    assert_eq!(
+        r.arrive(inside, T0 + SECOND).await,
+        Verdict::Admitted {
+            session_expires_ms: expiry
+        }
+    );
+    r.queue_up(3000, T0).await;
+    for lane in [0u8, 1] {
+        let v = VisitorId::random();
+        let place = queued(
+            r.h.store
+                .arrive_unseen(&r.p, v, lane, T0 + SECOND)
+                .await
+                .unwrap(),
+        );
+        for again in [0u8, 1] {
+            let back = queued(r.arrive_in(v, again, T0 + 2 * SECOND).await);
+            assert_eq!(
+                back.seq, place.seq,
+                "lane {lane}, arriving again in {again}"
+            );
+        }
+    }
 }

@@ -24,8 +24,8 @@ pub const MAX_BATCH: usize = 256;
 pub struct Waiter {
     pub policy: RoomPolicy,
     pub visitor: VisitorId,
-    /// The id was just made for this arrival (`Store::arrive_new`).
-    pub fresh: bool,
+    /// What its id may hold.
+    pub kind: super::Arrival,
     pub now: Millis,
     /// Redis server time after which its caller has given up (0 = none).
     pub deadline_us: i64,

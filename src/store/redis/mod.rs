@@ -680,24 +680,23 @@ impl Inner {
         acks.check(result?)
     }
 
-    /// A visitor arrives in (`seq` none) or polls from (`seq` its
-    /// ticket's) priority lane `lane` (`lua/lane.lua`). Asked again while
-    /// the function answers `MORE`, as a poll is.
+    /// A visitor arrives in (`op` "a", or "n" for an id just made) or
+    /// polls from (`op` "p", with its ticket's `seq`) priority lane `lane`
+    /// (`lua/lane.lua`). Asked again while the function answers `MORE`,
+    /// as a poll is.
     async fn in_lane(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
         lane: u8,
-        seq: Option<u64>,
+        op: &str,
+        seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let keys = RoomKeys::new(&room.room);
         for _ in 0..MAX_POLL_ROUNDS {
             let mut inv = self.room_call(RoomFn::Lane, &keys.0, room, now_ms, self.deadline_us());
-            inv.arg(if seq.is_some() { "p" } else { "a" })
-                .arg(visitor.to_hex())
-                .arg(lane)
-                .arg(seq.unwrap_or(0));
+            inv.arg(op).arg(visitor.to_hex()).arg(lane).arg(seq);
             let reply = self.run_room(&inv).await?;
             if !wire::is_more(&reply) {
                 return decode_verdict(&reply);
@@ -807,9 +806,13 @@ impl Inner {
             // Region mode: whoever finds the region's slots used up is held
             // back to try the Anywhere pool (`region`).
             let hold = self.regional(&policy) && policy.method != QueueingMethod::Passthrough;
-            let fresh = batch.iter().all(|w| w.fresh);
+            let flags = Flags {
+                hold,
+                fresh: batch.iter().all(|w| w.kind == Arrival::New),
+                unseen: batch.iter().all(|w| w.kind != Arrival::Known),
+            };
             let decided = self
-                .decide_arrivals(&policy, now, deadline, &visitors, Flags { hold, fresh })
+                .decide_arrivals(&policy, now, deadline, &visitors, flags)
                 .await;
             match decided {
                 Ok(verdicts) => {
@@ -938,15 +941,13 @@ impl Inner {
             };
             hook.take(&store, &policy, visitors.len() as u64, now).await;
         }
-        let fresh = held.iter().all(|(w, _)| w.fresh);
+        let flags = Flags {
+            hold: false,
+            fresh: held.iter().all(|(w, _)| w.kind == Arrival::New),
+            unseen: held.iter().all(|(w, _)| w.kind != Arrival::Known),
+        };
         let decided = self
-            .decide_arrivals(
-                &policy,
-                now,
-                deadline,
-                &visitors,
-                Flags { hold: false, fresh },
-            )
+            .decide_arrivals(&policy, now, deadline, &visitors, flags)
             .await;
         for (w, at) in held {
             let verdict = match &decided {
@@ -1127,6 +1128,18 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
     })
 }
 
+/// What an arrival's id may hold (how `lua/arrive_many.lua` treats it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// Anything: looked up everywhere.
+    Known,
+    /// Nothing, and never looked up by id later: just made.
+    New,
+    /// A stable id not seen lately (a member): looked up, but not in the
+    /// tail.
+    Unseen,
+}
+
 /// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
 #[derive(Clone, Copy)]
 struct Flags {
@@ -1134,15 +1147,20 @@ struct Flags {
     hold: bool,
     /// Every id was just made ([`Store::arrive_new`]): look nobody up.
     fresh: bool,
+    /// Every id was just made or not seen lately
+    /// ([`Store::arrive_unseen`]): the tail is not read.
+    unseen: bool,
 }
 
 impl Flags {
     fn arg(self) -> &'static str {
-        match (self.hold, self.fresh) {
-            (false, false) => "-",
-            (true, false) => "h",
-            (false, true) => "n",
-            (true, true) => "hn",
+        match (self.hold, self.fresh, self.unseen) {
+            (false, true, _) => "n",
+            (true, true, _) => "hn",
+            (false, false, true) => "u",
+            (true, false, true) => "hu",
+            (false, false, false) => "-",
+            (true, false, false) => "h",
         }
     }
 }
@@ -1153,14 +1171,14 @@ impl RedisStore {
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
-        fresh: bool,
+        kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let (reply, verdict) = tokio::sync::oneshot::channel();
         let waiter = Waiter {
             policy: room.clone(),
             visitor,
-            fresh,
+            kind,
             now: now_ms,
             deadline_us: self.inner.deadline_us(),
             reply,
@@ -1185,7 +1203,28 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        self.arrive_in_batch(room, visitor, false, now_ms).await
+        self.arrive_in_batch(room, visitor, Arrival::Known, now_ms)
+            .await
+    }
+
+    async fn arrive_unseen(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match crate::store::lane_index(room, lane)? {
+            0 => {
+                self.arrive_in_batch(room, visitor, Arrival::Unseen, now_ms)
+                    .await
+            }
+            _ => {
+                self.inner
+                    .in_lane(room, visitor, lane, "u", 0, now_ms)
+                    .await
+            }
+        }
     }
 
     async fn arrive_new(
@@ -1194,7 +1233,8 @@ impl Store for RedisStore {
         visitor: VisitorId,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        self.arrive_in_batch(room, visitor, true, now_ms).await
+        self.arrive_in_batch(room, visitor, Arrival::New, now_ms)
+            .await
     }
 
     async fn arrive_in(
@@ -1206,7 +1246,28 @@ impl Store for RedisStore {
     ) -> Result<Verdict, StoreError> {
         match crate::store::lane_index(room, lane)? {
             0 => self.arrive(room, visitor, now_ms).await,
-            _ => self.inner.in_lane(room, visitor, lane, None, now_ms).await,
+            _ => {
+                self.inner
+                    .in_lane(room, visitor, lane, "a", 0, now_ms)
+                    .await
+            }
+        }
+    }
+
+    async fn arrive_new_in(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        match crate::store::lane_index(room, lane)? {
+            0 => self.arrive_new(room, visitor, now_ms).await,
+            _ => {
+                self.inner
+                    .in_lane(room, visitor, lane, "n", 0, now_ms)
+                    .await
+            }
         }
     }
 
@@ -1222,7 +1283,7 @@ impl Store for RedisStore {
             0 => self.poll(room, visitor, seq, now_ms).await,
             _ => {
                 self.inner
-                    .in_lane(room, visitor, lane, Some(seq), now_ms)
+                    .in_lane(room, visitor, lane, "p", seq, now_ms)
                     .await
             }
         }

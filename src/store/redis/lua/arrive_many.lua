@@ -42,7 +42,10 @@ local expiry_s = int(expiry_n)
 --       here or in another region) are answered {5, 0, 0, 0} and left
 --       undecided, so the caller can try the Anywhere pool first;
 --   'n': every visitor's id was just made for it (VisitorId::random), so
---       none can hold a session or a place and nobody is looked up.
+--       none can hold a session or a place and nobody is looked up;
+--   'u': stable ids the caller has not seen lately (a token's members):
+--       looked up in `sessions`, `queue` and the lanes, but the tail is not
+--       read (its cost grows with the queue).
 -- Otherwise whether each visitor already holds a session or a place is
 -- two commands for the whole call.
 local ARGV = c.argv
@@ -57,13 +60,16 @@ local held_sessions, held_places, held_lanes = {}, {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
 -- Only ids just made are admitted in a batch (see "Session batches").
 local batch = fresh
+-- 'u': stable ids (a token's member) not seen lately: looked up in
+-- `sessions` and `queue` but not read for in the tail.
+local unseen = string.find(flags, 'u', 1, true) ~= nil
 if not fresh then
     held_sessions = redis.call('ZMSCORE', c.k.sessions, unpack(ARGV, V + 1))
     held_places = redis.call('ZMSCORE', c.k.queue, unpack(ARGV, V + 1))
     -- A place in the tail is not looked up by visitor; `Store::arrive`
     -- (which the daemon never calls: its visitors are new) reads the tail
     -- whole for the visitors found nowhere else.
-    if tail_ends(c) then
+    if tail_ends(c) and not unseen then
         local wanted, any = {}, false
         for i = 1, n do
             if not held_sessions[i] and not held_places[i] then

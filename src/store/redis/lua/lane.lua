@@ -1,5 +1,7 @@
 -- lane: a visitor arrives in, or polls from, a priority lane (lanes.lua).
--- ARGV[4] = 'a' (arrive) or 'p' (poll), ARGV[5] = visitor, ARGV[6] = the
+-- ARGV[4] = 'a' (arrive), 'n' (arrive, an id just made: nobody to look
+-- up), 'u' (arrive, a stable id not seen lately: the tail not read) or
+-- 'p' (poll), ARGV[5] = visitor, ARGV[6] = the
 -- lane (1 ..), ARGV[7] = the seq its ticket carries (poll only).
 -- Returns a verdict as arrive and poll do ({ENDED} for an ended place), or
 -- {MORE} when the room has room the promotion's bound kept from reaching
@@ -49,10 +51,13 @@ local function arrive()
         return { REJECTED, R_CLOSED }
     end
     -- Waiting already, here or in another lane: that place, not a second.
-    local other = lane_of(c, visitor)
-    local place = other and lane_place(c, other, visitor) or general_place(c, visitor)
-    if place then
-        return place
+    if op ~= 'n' then
+        local other = lane_of(c, visitor)
+        local place = other and lane_place(c, other, visitor)
+            or (op == 'a' and general_place(c, visitor) or place_of(c, visitor))
+        if place then
+            return place
+        end
     end
     if state == 'open' and method == 'passthrough' then
         return admit(c, visitor)
@@ -131,14 +136,17 @@ local function poll()
 end
 
 local function decide()
+    if op == 'n' then
+        return arrive()
+    end
     local expiry = session_of(c, visitor)
     if expiry then
         return { ADMITTED, expiry }
     end
-    if op == 'a' then
-        return arrive()
+    if op == 'p' then
+        return poll()
     end
-    return poll()
+    return arrive()
 end
 
 local out = decide()
