@@ -245,7 +245,10 @@ pub fn lua_constants(layout: &Layout) -> String {
         line(name, reason_code(r).to_string());
     }
     let fields: Vec<String> = POLICY_FIELDS.iter().map(|f| format!("'{f}'")).collect();
-    line("POLICY_FIELDS", format!("{{ {} }}", fields.join(", ")));
+    line(
+        "POLICY_FIELDS",
+        format!("{{\n    {},\n}}", fields.join(",\n    ")),
+    );
     out
 }
 

@@ -9,14 +9,18 @@
 local op, visitor, lane = c.argv[4], c.argv[5], tonumber(c.argv[6])
 local key = lane_key(c, lane)
 local state, method = c.p.state, c.p.method
+-- Keys this call may have made, for their expiry (`keep_alive`).
+local created = {}
 
 housekeep(c)
-promote(c)
 counts(c)
+-- Admissions made by this call, promotion's included, may make keys.
+local window_before = c.window_n
+promote(c)
 
 -- The visitor's place in the general queue, looked up by visitor (the
 -- tail is read whole, a part a step: lane arrivals are few).
-local function general_place(c, visitor)
+local function general_place()
     local place = place_of(c, visitor)
     local from = 0
     while not place and from do
@@ -54,7 +58,7 @@ local function arrive()
     if op ~= 'n' then
         local other = lane_of(c, visitor)
         local place = other and lane_place(c, other, visitor)
-            or (op == 'a' and general_place(c, visitor) or place_of(c, visitor))
+            or (op == 'a' and general_place() or place_of(c, visitor))
         if place then
             return place
         end
@@ -81,7 +85,11 @@ local function arrive()
     redis.call('ZADD', key, int(seq), visitor)
     save_last_seq(c)
     redis.call('HINCRBY', c.k.meta, 'queued', 1)
-    redis.call('HSETNX', c.k.polls, SINCE, c.now_s)
+    if len == 0 then
+        redis.call('HSETNX', c.k.polls, SINCE, c.now_s)
+        created[#created + 1] = key
+        created[#created + 1] = c.k.polls
+    end
     return { QUEUED, seq, len + 1, len + 1 }
 end
 
@@ -123,6 +131,8 @@ local function poll()
     -- in its lane where it was (I5); it may now be first.
     redis.call('ZADD', key, int(seq), visitor)
     touch_poll(c, visitor)
+    created[#created + 1] = key
+    created[#created + 1] = c.k.polls
     if seq > read_last_seq(c) then
         c.last_seq = seq
     end
@@ -150,6 +160,11 @@ local function decide()
 end
 
 local out = decide()
--- Whichever keys this call may have made get their expiry.
-keep_alive(c, { key, c.k.polls, c.k.sessions, c.k.admits, c.k.ended, c.k.meta })
+if c.window_n ~= window_before then
+    -- An admission (here or by promotion) may have made these.
+    for _, k in ipairs({ c.k.sessions, c.k.admits, c.k.ended }) do
+        created[#created + 1] = k
+    end
+end
+keep_alive(c, created)
 return out

@@ -312,6 +312,10 @@ end
 -- Takes whom promotion admits in a room with lanes: one admission at a
 -- time, to the lane whose turn it is (lanes.lua), while there is room.
 local function take_by_turns(c)
+    local budget = math.min(free_room(c), PROMOTE_MAX)
+    if budget <= 0 then
+        return {}
+    end
     local lanes = c.p.lanes
     c.reset_floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
     local waiting = { [0] = queue_length(c) > 0 }
@@ -320,7 +324,6 @@ local function take_by_turns(c)
     end
     local t = turns_of(c)
     local chosen = {}
-    local budget = math.min(free_room(c), PROMOTE_MAX)
     while #chosen < budget do
         local lane, after = next_turn(t, lanes, waiting)
         if not lane then
