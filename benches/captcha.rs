@@ -83,6 +83,9 @@ async fn daemon(verify: Option<SocketAddr>) -> Harness {
         .page("/shop/", &[("x-forwarded-for", "198.51.100.1")])
         .await;
     assert_eq!(status, 200, "the first visitor fills the room");
+    // The next one finds it full: from then on the room queues (and asks).
+    h.page("/shop/", &[("x-forwarded-for", "198.51.100.2")])
+        .await;
     h
 }
 
