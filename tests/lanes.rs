@@ -296,3 +296,39 @@ async fn a_single_use_code_works_once_across_two_instances_on_one_redis() {
         .await
         .contains(r#"outcome="lane_code_refused"} 1"#));
 }
+
+/// An attacker's spellings of a code: another case, padding inside, a
+/// second parameter, the header beside the link, and twenty browsers at
+/// once with one single-use code: the code as issued enters, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_enters_only_as_issued_and_a_single_use_one_only_once_at_once() {
+    let h = daemon(None).await;
+    Browser::new(&h, 0).json(&h, "/shop/", &[]).await;
+    let lane_of = |v: &serde_json::Value| v.get("lane").and_then(|l| l.as_str()).map(str::to_owned);
+    for (n, path, headers) in [
+        (1, "/shop/?waitroom_code=members-2026".to_owned(), vec![]),
+        (2, "/shop/?waitroom_code=MEMBERS%2D2026".to_owned(), vec![]),
+        (3, "/shop/?waitroom_code=MEMBERS-%202026".to_owned(), vec![]),
+        (4, "/shop/?WAITROOM_CODE=MEMBERS-2026".to_owned(), vec![]),
+        (
+            5,
+            "/shop/?waitroom_code=GUESS&waitroom_code=MEMBERS-2026".to_owned(),
+            vec![],
+        ),
+        (
+            6,
+            format!("/shop/?waitroom_code={MEMBERS}"),
+            vec![("x-waitroom-code", "GUESS")],
+        ),
+    ] {
+        let v = Browser::new(&h, n).json(&h, &path, &headers).await;
+        let want = (n == 2).then(|| "presale".to_owned());
+        assert_eq!(lane_of(&v), want, "{path} {headers:?}: {v}");
+    }
+    let browsers: Vec<Browser> = (10..30).map(|n| Browser::new(&h, n)).collect();
+    let path = format!("/shop/?waitroom_code={ONCE}");
+    let answers = futures::future::join_all(browsers.iter().map(|b| b.json(&h, &path, &[]))).await;
+    let in_lane = answers.iter().filter(|v| lane_of(v).is_some()).count();
+    assert_eq!(in_lane, 1, "{answers:?}");
+    assert!(answers.iter().all(|v| v["state"] == "queued"));
+}
