@@ -964,7 +964,7 @@ mod tests {
         let mut pt = [0u8; MAX_PT_LEN];
         let len = encode_plaintext(&queued(), &mut pt);
         // Unknown grant tags.
-        for tag in [0, 4, 0xFF] {
+        for tag in [0, 5, 0xFF] {
             let mut bad = pt;
             bad[16] = tag;
             let v = ring.seal_plaintext(ROOM, &bad[..len]);

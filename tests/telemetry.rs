@@ -413,6 +413,21 @@ async fn region_metrics() -> String {
     panic!("no Anywhere slot taken:\n{}", scrape(&h, None).await.1);
 }
 
+/// `/metrics` of a room with a priority lane.
+async fn lane_metrics() -> String {
+    let h = Harness::start(|c| {
+        c.rooms[0].lanes = vec![waitroom::config::LaneConfig {
+            name: "presale".into(),
+            share: 300,
+            codes: std::collections::HashSet::from([waitroom::domain::digest64("CODE")]),
+            single_use: Default::default(),
+            token_claim: false,
+        }];
+    })
+    .await;
+    scrape(&h, None).await.1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grafana_dashboard_reads_only_exported_metrics() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/waitroom.json");
@@ -424,8 +439,10 @@ async fn the_grafana_dashboard_reads_only_exported_metrics() {
     let (_, text) = scrape(&h, None).await;
     let mut names = exported(&text);
     names.extend(exported(&region_metrics().await));
+    names.extend(exported(&lane_metrics().await));
     for name in [
         "waitroom_decisions_total",
+        "waitroom_lane_decisions_total",
         "waitroom_queue_wait_seconds_bucket",
         "waitroom_region_grant",
         "waitroom_region_anywhere_slots_total",
