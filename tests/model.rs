@@ -91,9 +91,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         20 => (1u8..=8).prop_map(Op::Burst),
-        8 => any::<u8>().prop_map(Op::LaneArrive),
+        10 => any::<u8>().prop_map(Op::LaneArrive),
         2 => any::<u16>().prop_map(Op::Again),
-        2 => (0u8..4).prop_map(Op::Lanes),
+        4 => (0u8..4).prop_map(Op::Lanes),
         25 => any::<u16>().prop_map(Op::Poll),
         3 => any::<u16>().prop_map(Op::Replay),
         10 => any::<u16>().prop_map(Op::CheckIn),

@@ -8,8 +8,6 @@
 //! costs its bearer the lane, not the place. The store keeps each lane's
 //! line and takes turns between them (`store::LaneTurns`).
 
-use std::borrow::Cow;
-
 use http::{HeaderMap, HeaderName};
 
 use super::{Ctx, Gate, Room};
@@ -24,17 +22,6 @@ pub const CODE_PARAM: &str = "waitroom_code";
 
 /// How long a used single-use code is remembered: longer than any sale.
 const USED_CODE_MS: Millis = 366 * 24 * 3_600_000;
-
-/// The code a request brings: the header, else the link's parameter.
-fn presented<'r>(headers: &'r HeaderMap, query: Option<&'r str>) -> Option<Cow<'r, str>> {
-    if let Some(v) = headers.get(&X_WAITROOM_CODE) {
-        return v.to_str().ok().map(Cow::Borrowed);
-    }
-    let query = query?;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == CODE_PARAM)
-        .map(|(_, v)| Cow::Owned(v.into_owned()))
-}
 
 impl Room {
     /// The name of lane `lane` as visitors see it (`None`: the general queue).
@@ -67,7 +54,9 @@ impl Gate {
         if lanes.is_empty() {
             return Ok(0);
         }
-        if let Some(code) = presented(headers, ctx.canonical.query()) {
+        let query = ctx.canonical.query();
+        if let Some(code) = super::members::presented(headers, query, &X_WAITROOM_CODE, CODE_PARAM)
+        {
             let digest = digest64(code.trim());
             if let Some(i) = lanes.iter().position(|l| l.codes.contains(&digest)) {
                 return Ok(self.entered(room, i));

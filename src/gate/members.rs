@@ -58,14 +58,20 @@ pub fn member_key(first_cookie_key: &[u8; 32]) -> [u8; 32] {
         .into()
 }
 
-/// The token a request brings: the header, else the link's parameter.
-fn presented<'r>(headers: &'r HeaderMap, query: Option<&'r str>) -> Option<Cow<'r, str>> {
-    if let Some(v) = headers.get(&X_WAITROOM_TOKEN) {
+/// What a request brings for `header` (an app's), else for `param` (its
+/// link's): an enqueue token, a lane code.
+pub(super) fn presented<'r>(
+    headers: &'r HeaderMap,
+    query: Option<&'r str>,
+    header: &HeaderName,
+    param: &str,
+) -> Option<Cow<'r, str>> {
+    if let Some(v) = headers.get(header) {
         return v.to_str().ok().map(Cow::Borrowed);
     }
     let query = query?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == TOKEN_PARAM)
+        .find(|(k, _)| k == param)
         .map(|(_, v)| Cow::Owned(v.into_owned()))
 }
 
@@ -82,7 +88,8 @@ impl Gate {
         let Some(rule) = room.config.enqueue_token.as_ref() else {
             return Ok(Entry::Anyone);
         };
-        let Some(token) = presented(headers, ctx.canonical.query()) else {
+        let query = ctx.canonical.query();
+        let Some(token) = presented(headers, query, &X_WAITROOM_TOKEN, TOKEN_PARAM) else {
             if rule.required {
                 room.metrics.token_refused.inc();
                 return Ok(Entry::Refused { missing: true });

@@ -103,11 +103,8 @@ local function poll()
         end
         return { REJECTED, R_CLOSED }
     end
-    -- An ended place stays ended: released, used up by an admission, or
-    -- issued before a reset.
     local function ended()
-        local floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
-        return seq <= floor or marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor)
+        return place_ended(c, visitor, seq)
     end
     if method == 'passthrough' and state ~= 'paused' then
         if not waiting and ended() then

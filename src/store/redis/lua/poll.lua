@@ -57,11 +57,8 @@ local function decide()
         end
         return { REJECTED, R_CLOSED }
     end
-    -- An ended place stays ended: released, used up by an admission, or
-    -- issued before a reset; putting it back would admit again.
     local function ended()
-        local floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
-        return seq <= floor or marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor)
+        return place_ended(c, visitor, seq)
     end
     if c.p.method == 'passthrough' and state ~= 'paused' then
         -- No limits to wait for: whoever waits in line goes in (an ended

@@ -27,6 +27,14 @@ local function marked(c, key, visitor)
     return until_ms ~= false and until_ms ~= nil and tonumber(until_ms) > c.now
 end
 
+-- Whether the place a ticket carries (`seq`) was ended: released, used up
+-- by an admission, or issued before a reset. Putting it back would admit
+-- again.
+local function place_ended(c, visitor, seq)
+    local floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
+    return seq <= floor or marked(c, c.k.places, visitor) or marked(c, c.k.ended, visitor)
+end
+
 -- Reads the figures every decision needs, once per call: active sessions,
 -- admissions in the window, meta's last_seq (as text) and ttl_slot.
 local function counts(c)
