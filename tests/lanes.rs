@@ -61,8 +61,7 @@ struct Browser {
 }
 
 impl Browser {
-    fn new(h: &Harness, n: usize) -> Self {
-        let _ = h;
+    fn new(n: usize) -> Self {
         Self {
             client: reqwest::Client::builder()
                 .cookie_store(true)
@@ -119,14 +118,14 @@ fn token(claims: serde_json::Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lanes_share_admissions_keep_fifo_and_move_nobody_back() {
     let h = daemon(None).await;
-    let holder = Browser::new(&h, 0);
+    let holder = Browser::new(0);
     assert!(holder.json(&h, "/shop/", &[]).await["headers"].is_object());
     // Ten in the general queue, then ten with the presale code,
     // alternating arrivals; every position is within its own line.
     let mut general = Vec::new();
     let mut presale = Vec::new();
     for i in 0..10 {
-        let g = Browser::new(&h, 1 + 2 * i);
+        let g = Browser::new(1 + 2 * i);
         let v = g.json(&h, "/shop/", &[]).await;
         assert_eq!(
             (v["state"].as_str(), v["position"].as_u64()),
@@ -138,7 +137,7 @@ async fn lanes_share_admissions_keep_fifo_and_move_nobody_back() {
             "the general queue names no lane: {v}"
         );
         general.push(g);
-        let p = Browser::new(&h, 2 + 2 * i);
+        let p = Browser::new(2 + 2 * i);
         let v = p
             .json(&h, &format!("/shop/?waitroom_code={MEMBERS}"), &[])
             .await;
@@ -218,7 +217,7 @@ async fn lanes_share_admissions_keep_fifo_and_move_nobody_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
     let h = daemon(None).await;
-    let holder = Browser::new(&h, 0);
+    let holder = Browser::new(0);
     holder.json(&h, "/shop/", &[]).await;
     let (status, cookie, body) = h
         .page(
@@ -238,7 +237,7 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
     let claims = serde_json::json!({
         "sub": "member-1", "room": "shop", "exp": h.clock_now() / 1000 + 600, "lane": "presale",
     });
-    let b = Browser::new(&h, 7);
+    let b = Browser::new(7);
     let v = b
         .json(&h, "/shop/", &[("x-waitroom-token", &token(claims))])
         .await;
@@ -251,12 +250,12 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
     let claims = serde_json::json!({
         "sub": "member-2", "room": "shop", "exp": h.clock_now() / 1000 + 600, "lane": "staff",
     });
-    let v = Browser::new(&h, 8)
+    let v = Browser::new(8)
         .json(&h, "/shop/", &[("x-waitroom-token", &token(claims))])
         .await;
     assert!(v.get("lane").is_none(), "{v}");
     // An unknown code too, counted.
-    let v = Browser::new(&h, 9)
+    let v = Browser::new(9)
         .json(&h, "/shop/?waitroom_code=GUESS", &[])
         .await;
     assert!(v.get("lane").is_none(), "{v}");
@@ -274,15 +273,15 @@ async fn a_single_use_code_works_once_across_two_instances_on_one_redis() {
         .unwrap();
     let a = daemon(Some(server.url())).await;
     let b = daemon(Some(server.url())).await;
-    Browser::new(&a, 0).json(&a, "/shop/", &[]).await;
-    let first = Browser::new(&a, 1)
+    Browser::new(0).json(&a, "/shop/", &[]).await;
+    let first = Browser::new(1)
         .json(&a, &format!("/shop/?waitroom_code={ONCE}"), &[])
         .await;
     assert_eq!(first["lane"], "presale", "{first}");
     // The same code at the other instance, from another browser and
     // address, and again at the first: the general queue.
     for (h, n) in [(&b, 2), (&a, 3)] {
-        let again = Browser::new(h, n)
+        let again = Browser::new(n)
             .json(h, &format!("/shop/?waitroom_code={ONCE}"), &[])
             .await;
         assert_eq!(again["state"], "queued", "{again}");
@@ -303,7 +302,7 @@ async fn a_single_use_code_works_once_across_two_instances_on_one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_enters_only_as_issued_and_a_single_use_one_only_once_at_once() {
     let h = daemon(None).await;
-    Browser::new(&h, 0).json(&h, "/shop/", &[]).await;
+    Browser::new(0).json(&h, "/shop/", &[]).await;
     let lane_of = |v: &serde_json::Value| v.get("lane").and_then(|l| l.as_str()).map(str::to_owned);
     for (n, path, headers) in [
         (1, "/shop/?waitroom_code=members-2026".to_owned(), vec![]),
@@ -321,11 +320,11 @@ async fn a_code_enters_only_as_issued_and_a_single_use_one_only_once_at_once() {
             vec![("x-waitroom-code", "GUESS")],
         ),
     ] {
-        let v = Browser::new(&h, n).json(&h, &path, &headers).await;
+        let v = Browser::new(n).json(&h, &path, &headers).await;
         let want = (n == 2).then(|| "presale".to_owned());
         assert_eq!(lane_of(&v), want, "{path} {headers:?}: {v}");
     }
-    let browsers: Vec<Browser> = (10..30).map(|n| Browser::new(&h, n)).collect();
+    let browsers: Vec<Browser> = (10..30).map(Browser::new).collect();
     let path = format!("/shop/?waitroom_code={ONCE}");
     let answers = futures::future::join_all(browsers.iter().map(|b| b.json(&h, &path, &[]))).await;
     let in_lane = answers.iter().filter(|v| lane_of(v).is_some()).count();

@@ -131,12 +131,7 @@ impl StoreGuard {
         let shared = self
             .decide(room, now, |p| {
                 policy = p.clone();
-                async move {
-                    match lane {
-                        0 => self.shared.arrive_new(&p, visitor, now).await,
-                        _ => self.shared.arrive_new_in(&p, visitor, lane, now).await,
-                    }
-                }
+                async move { self.shared.arrive_new_in(&p, visitor, lane, now).await }
             })
             .await;
         match shared {

@@ -332,7 +332,10 @@ pub trait Store: Send + Sync + 'static {
         lane: u8,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        self.arrive_in(room, visitor, lane, now_ms).await
+        match lane {
+            0 => self.arrive_new(room, visitor, now_ms).await,
+            _ => self.arrive_in(room, visitor, lane, now_ms).await,
+        }
     }
 
     /// `arrive_in` for a visitor by a stable id the room has not seen

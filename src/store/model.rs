@@ -393,11 +393,6 @@ impl ModelRoom {
     }
 }
 
-/// `lane` as an index, if the room has it.
-fn checked_lane(room: &RoomPolicy, lane: u8) -> Result<usize, StoreError> {
-    super::lane_index(room, lane)
-}
-
 /// The reference model as a [`Store`].
 #[derive(Default)]
 pub struct ModelStore {
@@ -465,7 +460,7 @@ impl Store for ModelStore {
         lane: u8,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        let lane = checked_lane(room, lane)?;
+        let lane = super::lane_index(room, lane)?;
         Ok(self.with(room, |r| r.arrive(room, visitor, lane, now_ms)))
     }
 
@@ -477,7 +472,7 @@ impl Store for ModelStore {
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        let lane = checked_lane(room, lane)?;
+        let lane = super::lane_index(room, lane)?;
         Ok(self.with(room, |r| r.poll(room, visitor, lane, seq, now_ms)))
     }
 

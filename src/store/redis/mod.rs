@@ -1166,6 +1166,28 @@ impl Flags {
 }
 
 impl RedisStore {
+    /// An arrival in `lane` of an id that may hold what `kind` says: the
+    /// general queue's go through the batches, a lane's through
+    /// `lua/lane.lua` (op `a`, `n` or `u` as `kind`).
+    async fn arrive_kind(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        lane: u8,
+        kind: Arrival,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        if crate::store::lane_index(room, lane)? == 0 {
+            return self.arrive_in_batch(room, visitor, kind, now_ms).await;
+        }
+        let op = match kind {
+            Arrival::Known => "a",
+            Arrival::New => "n",
+            Arrival::Unseen => "u",
+        };
+        self.inner.in_lane(room, visitor, lane, op, 0, now_ms).await
+    }
+
     /// Joins the room's next arrival batch and waits for its verdict.
     async fn arrive_in_batch(
         &self,
@@ -1214,17 +1236,8 @@ impl Store for RedisStore {
         lane: u8,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        match crate::store::lane_index(room, lane)? {
-            0 => {
-                self.arrive_in_batch(room, visitor, Arrival::Unseen, now_ms)
-                    .await
-            }
-            _ => {
-                self.inner
-                    .in_lane(room, visitor, lane, "u", 0, now_ms)
-                    .await
-            }
-        }
+        self.arrive_kind(room, visitor, lane, Arrival::Unseen, now_ms)
+            .await
     }
 
     async fn arrive_new(
@@ -1244,14 +1257,8 @@ impl Store for RedisStore {
         lane: u8,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        match crate::store::lane_index(room, lane)? {
-            0 => self.arrive(room, visitor, now_ms).await,
-            _ => {
-                self.inner
-                    .in_lane(room, visitor, lane, "a", 0, now_ms)
-                    .await
-            }
-        }
+        self.arrive_kind(room, visitor, lane, Arrival::Known, now_ms)
+            .await
     }
 
     async fn arrive_new_in(
@@ -1261,14 +1268,8 @@ impl Store for RedisStore {
         lane: u8,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        match crate::store::lane_index(room, lane)? {
-            0 => self.arrive_new(room, visitor, now_ms).await,
-            _ => {
-                self.inner
-                    .in_lane(room, visitor, lane, "n", 0, now_ms)
-                    .await
-            }
-        }
+        self.arrive_kind(room, visitor, lane, Arrival::New, now_ms)
+            .await
     }
 
     async fn poll_in(
