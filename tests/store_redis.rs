@@ -1006,6 +1006,69 @@ async fn an_arrival_again_of_a_visitor_in_the_tail_keeps_its_place() {
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().queued, 30);
 }
 
+/// A member's arrival again (a stable id, no ticket: an enqueue token sent
+/// again without its cookie) finds its place in the tail by the seq noted
+/// for it, reading one member, not the tail: before, the call read every
+/// member of the tail (GETRANGE per member; 67 ms of Redis at 180,000
+/// queued), so one account could stall Redis. The same for a member the
+/// room had not seen lately, and for one whose place has moved up since.
+#[tokio::test]
+async fn an_arrival_again_by_a_stable_id_reads_a_bounded_part_of_the_tail() {
+    let (server, _) = start().await;
+    let store = small(&server).await;
+    let mut p = policy(1, 0);
+    p.room = Arc::from("member-again");
+    p.state = RoomState::Paused;
+    let getranges = |server: &RedisServer| -> u64 {
+        server
+            .info_field("commandstats", "cmdstat_getrange")
+            .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
+            .unwrap_or(0)
+    };
+    // Newcomers one call each (a tail member each), a member, a member
+    // not seen lately, and many more newcomers behind them both.
+    for i in 0..400 {
+        place(
+            &store
+                .arrive_new(&p, VisitorId::random(), T0 + i)
+                .await
+                .unwrap(),
+        );
+    }
+    let (member, unseen) = (vid(77), vid(78));
+    let first = place(&store.arrive(&p, member, T0 + 500).await.unwrap());
+    let second = place(&store.arrive_unseen(&p, unseen, 0, T0 + 501).await.unwrap());
+    for i in 0..400 {
+        place(
+            &store
+                .arrive_new(&p, VisitorId::random(), T0 + 600 + i)
+                .await
+                .unwrap(),
+        );
+    }
+    for (v, was) in [(member, first), (unseen, second)] {
+        for round in 0..3 {
+            let before = getranges(&server);
+            let again = place(&store.arrive(&p, v, T0 + 2_000 + round).await.unwrap());
+            assert_eq!(again.seq, was.seq, "the same place");
+            assert_eq!(again.position, was.position);
+            let read = getranges(&server) - before;
+            assert!(read <= 2, "{read} tail reads for one arrival of {v:?}");
+        }
+    }
+    assert_eq!(store.stats(&p, T0 + 3_000).await.unwrap().queued, 802);
+    // Once the queue moves past their members, the places are in the head
+    // and still found (their notes are gone with the move).
+    p.state = RoomState::Open;
+    p.total_active_users = 0;
+    p.new_users_per_minute = 0;
+    let _ = store.poll(&p, member, first.seq, T0 + 4_000).await.unwrap();
+    assert!(is_admitted(
+        &store.arrive(&p, member, T0 + 4_001).await.unwrap()
+    ));
+    assert!(store.check(&p, T0 + 4_001).await.unwrap().is_empty());
+}
+
 /// The tail's ids chunks keep their expiry whatever the queue's size: the
 /// periodic refresh reached the first 64 chunks only (4.2 million places at
 /// production size; 69 chunks here). Their expiry is taken away by hand,

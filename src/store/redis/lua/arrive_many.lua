@@ -44,8 +44,8 @@ local expiry_s = int(expiry_n)
 --   'n': every visitor's id was just made for it (VisitorId::random), so
 --       none can hold a session or a place and nobody is looked up;
 --   'u': stable ids the caller has not seen lately (a token's members):
---       looked up in `sessions`, `queue` and the lanes, but the tail is not
---       read (its cost grows with the queue).
+--       looked up in `sessions`, `queue`, the lanes and the tail places
+--       noted for stable ids, but the tail itself is not read.
 -- Otherwise whether each visitor already holds a session or a place is
 -- two commands for the whole call.
 local ARGV = c.argv
@@ -58,31 +58,45 @@ local V = 4
 local n = #ARGV - V
 local held_sessions, held_places, held_lanes = {}, {}, {}
 local fresh = string.find(flags, 'n', 1, true) ~= nil
+-- Ids that can arrive again (not just made): their tail places are noted.
+local stable = not fresh
 -- Only ids just made are admitted in a batch (see "Session batches").
 local batch = fresh
--- 'u': stable ids (a token's member) not seen lately: looked up in
--- `sessions` and `queue` but not read for in the tail.
+-- 'u': stable ids (a token's member) not seen lately: looked up as
+-- above, but no tail member is read unless its place is noted.
 local unseen = string.find(flags, 'u', 1, true) ~= nil
 if not fresh then
     held_sessions = redis.call('ZMSCORE', c.k.sessions, unpack(ARGV, V + 1))
     held_places = redis.call('ZMSCORE', c.k.queue, unpack(ARGV, V + 1))
-    -- A place in the tail is not looked up by visitor; `Store::arrive`
-    -- (which the daemon never calls: its visitors are new) reads the tail
-    -- whole for the visitors found nowhere else.
-    if tail_ends(c) and not unseen then
-        local wanted, any = {}, false
+    -- A place in the tail is found by the seq noted for its stable id
+    -- (`tail_seqs_of`, one read for the call), checked by `decide`; an id
+    -- not noted there (one from before the notes, or put back by a poll)
+    -- among the newest TAIL_SCAN members only, unless it is a member not
+    -- seen lately ('u'). However long the tail, one call reads a bounded
+    -- part of it.
+    if tail_ends(c) then
+        local ids, at = {}, {}
         for i = 1, n do
             if not held_sessions[i] and not held_places[i] then
-                wanted[ARGV[V + i]] = i
-                any = true
+                ids[#ids + 1] = ARGV[V + i]
+                at[#ids] = i
             end
         end
-        local from = 0
-        while any and from do
-            local found
-            found, from = tail_scan(c, wanted, from)
-            for visitor, seq in pairs(found) do
-                held_places[wanted[visitor]] = int(seq)
+        if #ids > 0 then
+            local noted = tail_seqs_of(c, ids)
+            local wanted, any = {}, false
+            for j = 1, #ids do
+                if noted[j] then
+                    held_places[at[j]] = noted[j]
+                elseif not unseen then
+                    wanted[ids[j]] = at[j]
+                    any = true
+                end
+            end
+            if any then
+                for visitor, seq in pairs(tail_scan(c, wanted, -TAIL_SCAN)) do
+                    held_places[wanted[visitor]] = int(seq)
+                end
             end
         end
     end
@@ -138,8 +152,11 @@ if fresh and c.p.state == 'open' and c.p.method == 'fifo' and c.p.max_queue == 0
         local skip = admit_n + held_n
         if to_tail(c, queued_n) then
             tail_was_empty, tailed = not tail_ends(c), true
-            tail_add(c, first_seq, int(first_seq), queued_n,
-                table.concat(ARGV, '', V + skip + 1, V + skip + queued_n), false)
+            local ids = table.concat(ARGV, '', V + skip + 1, V + skip + queued_n)
+            tail_add(c, first_seq, int(first_seq), queued_n, ids, false)
+            if stable then
+                tail_seqs_add(c, first_seq, queued_n, ids)
+            end
         else
             for k = 1, queued_n do
                 new_places[2 * k - 1] = int_next(first_seq + k - 1)
@@ -270,8 +287,11 @@ if places_n > 0 and to_tail(c, places_n / 2) then
             for j = from, i do
                 ids[#ids + 1] = new_places[2 * j]
             end
-            tail_add(c, new_seqs[from], new_places[2 * from - 1], i - from + 1, table.concat(ids),
-                false)
+            local joined = table.concat(ids)
+            tail_add(c, new_seqs[from], new_places[2 * from - 1], i - from + 1, joined, false)
+            if stable then
+                tail_seqs_add(c, new_seqs[from], i - from + 1, joined)
+            end
             from = i + 1
         end
     end

@@ -18,19 +18,14 @@ counts(c)
 local window_before = c.window_n
 promote(c)
 
--- The visitor's place in the general queue, looked up by visitor (the
--- tail is read whole, a part a step: lane arrivals are few).
+-- The visitor's place in the general queue, looked up by visitor: in
+-- `queue`, else in the tail by one bounded read (`stable_seq`).
 local function general_place()
     local place = place_of(c, visitor)
-    local from = 0
-    while not place and from do
-        local seq
-        seq, from = waiting_seq(c, visitor, from)
-        if seq then
-            local t = tail_find(c, visitor, seq, int(seq))
-            place = t and tail_place(c, t, seq)
-            break
-        end
+    if not place then
+        local seq = stable_seq(c, visitor)
+        local t = seq and tail_find(c, visitor, seq, int(seq))
+        place = t and tail_place(c, t, seq)
     end
     return place
 end

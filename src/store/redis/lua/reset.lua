@@ -34,9 +34,11 @@ end
 local grant = redis.call('HMGET', k.meta, 'g_raised', 'g_lowered', 'g_arrivals',
     'r_raised', 'r_lowered', 'window', 'admitted', 'o_rev')
 if grant[4] then
-    redis.call('DEL', k.sessions, k.batches, k.queue, k.polls, k.meta, k.places, k.tail)
+    redis.call('DEL', k.sessions, k.batches, k.queue, k.polls, k.meta, k.places, k.tail,
+        k.tail_seqs)
 else
-    redis.call('DEL', k.sessions, k.batches, k.queue, k.polls, k.admits, k.meta, k.places, k.tail)
+    redis.call('DEL', k.sessions, k.batches, k.queue, k.polls, k.admits, k.meta, k.places, k.tail,
+        k.tail_seqs)
 end
 local f = int(floor)
 redis.call('HSET', k.meta, 'last_seq', f, 'reset_floor', f, 'layout', LAYOUT_VERSION_S)

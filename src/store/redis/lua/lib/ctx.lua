@@ -26,8 +26,11 @@
 --               (tail.lua)
 --   9 tail_ids  the prefix of the keys "tail_ids:<n>" (tail.lua)
 --  10 batches   ZSET of sessions made together (sessions.lua)
--- and, not passed, the priority lanes' keys "lane:<n>" beside meta
--- (lanes.lua), in the same hash tag.
+-- and, not passed, beside meta in the same hash tag: the priority lanes'
+-- keys "lane:<n>" (lanes.lua), and "tail_seqs", a HASH visitor -> seq of
+-- the tail places of visitors who arrived by a stable id (not one just
+-- made), so that their next arrival by id finds the place with one member
+-- read instead of reading the tail (tail.lua, `tail_seqs_of`).
 -- ARGV:
 --   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
 --   2 the room's policy: the fields of POLICY_FIELDS (wire.rs) joined by
@@ -101,6 +104,8 @@ local function keys_of(keys)
             tail_ids = keys[9], batches = keys[10],
             -- The lanes' keys, "lane:<n>" beside "meta" (lanes.lua).
             lane_prefix = string.sub(keys[5], 1, -5) .. 'lane:',
+            -- The tail places of stable ids (tail.lua).
+            tail_seqs = string.sub(keys[5], 1, -5) .. 'tail_seqs',
         }
         if key_sets_n >= 1024 then
             key_sets, key_sets_n = {}, 0

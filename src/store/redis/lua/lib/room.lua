@@ -73,7 +73,7 @@ end
 local function expire_all(c)
     local k, ttl = c.k, c.p.key_ttl_ms
     for _, key in ipairs({ k.sessions, k.queue, k.polls, k.admits, k.meta, k.ended, k.places,
-        k.tail, k.batches }) do
+        k.tail, k.batches, k.tail_seqs }) do
         redis.call('PEXPIRE', key, ttl)
     end
     each_tail_chunk(c, function(key)
@@ -405,8 +405,9 @@ local function enqueue(c, visitor, seq)
 end
 
 -- Where `visitor` waits, looked up by visitor (no ticket, no seq): its
--- seq, or nil. The tail is read TAIL_SCAN members a call from `from`;
--- the second value is where the next call goes on (nil: looked
+-- seq, or nil. A stable id's tail place is found by its note
+-- (`tail_seqs_of`); else the tail is read TAIL_SCAN members a call from
+-- `from`; the second value is where the next call goes on (nil: looked
 -- everywhere).
 local function waiting_seq(c, visitor, from)
     if from == 0 then
@@ -418,6 +419,27 @@ local function waiting_seq(c, visitor, from)
     if not tail_ends(c) then
         return nil, nil
     end
+    if from == 0 then
+        local noted = tail_seqs_of(c, { visitor })[1]
+        if noted and tail_find(c, visitor, tonumber(noted), noted) then
+            return tonumber(noted), nil
+        end
+    end
     local found, next_from = tail_scan(c, { [visitor] = true }, from)
     return found[visitor], next_from
+end
+
+-- Where a visitor who arrives by a stable id waits in the tail, if it
+-- does, read in one bounded step: by its note, else among the newest
+-- TAIL_SCAN members (an id noted by no build before the notes, or put
+-- back by a poll). Its seq, or nil.
+local function stable_seq(c, visitor)
+    if not tail_ends(c) then
+        return nil
+    end
+    local noted = tail_seqs_of(c, { visitor })[1]
+    if noted then
+        return tonumber(noted)
+    end
+    return tail_scan(c, { [visitor] = true }, -TAIL_SCAN)[visitor]
 end

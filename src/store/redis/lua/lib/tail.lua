@@ -272,10 +272,12 @@ local function tail_find(c, visitor, seq, seq_s)
     end
 end
 
--- Looks for the visitors of the set `wanted` (visitor -> true) in the
--- tail's members `from` .. `from` + TAIL_SCAN - 1 (0-based, in seq order):
--- returns the seqs found (visitor -> seq) and where the next call starts
--- (nil: the tail has no more members).
+-- Looks for the visitors of the set `wanted` (visitor -> true) among the
+-- tail's members `from` .. `from` + TAIL_SCAN - 1 (0-based, in seq order;
+-- negative: counted from the newest, -TAIL_SCAN being the TAIL_SCAN
+-- newest): returns the seqs found (visitor -> seq) and where the next call
+-- starts (nil: the tail has no more members, or the read was from the
+-- newest). One call reads at most TAIL_SCAN members, whatever the queue.
 local function tail_scan(c, wanted, from)
     local found = {}
     local ms = redis.call('ZRANGE', c.k.tail, int(from), int(from + TAIL_SCAN - 1))
@@ -289,10 +291,28 @@ local function tail_scan(c, wanted, from)
             end
         end
     end
-    if #ms < TAIL_SCAN then
+    if from < 0 or #ms < TAIL_SCAN then
         return found, nil
     end
     return found, from + TAIL_SCAN
+end
+
+-- Notes the tail places of visitors who arrived by a stable id: `ids`
+-- (k ids joined) at seqs first .. first + k - 1.
+local function tail_seqs_add(c, first, k, ids)
+    local args = {}
+    for i = 0, k - 1 do
+        args[2 * i + 1] = string.sub(ids, ID_LEN * i + 1, ID_LEN * (i + 1))
+        args[2 * i + 2] = int(first + i)
+    end
+    redis.call('HSET', c.k.tail_seqs, unpack(args))
+    redis.call('PEXPIRE', c.k.tail_seqs, c.p.key_ttl_ms)
+end
+
+-- The seqs noted for the visitors `ids` (a list), in order (false where
+-- none is): where in the tail a stable id's place is, without reading it.
+local function tail_seqs_of(c, ids)
+    return redis.call('HMGET', c.k.tail_seqs, unpack(ids))
 end
 
 -- The place at `seq` in tail member `t` as a Queued verdict.
@@ -420,6 +440,15 @@ local function refill(c, want)
         end
         if #left_ids > 0 then
             redis.call('HDEL', c.k.polls, unpack(left_ids))
+        end
+        if #ids > 0 then
+            if c.has_tail_seqs == nil then
+                c.has_tail_seqs = redis.call('EXISTS', c.k.tail_seqs) == 1
+            end
+            if c.has_tail_seqs then
+                -- (In `queue` now, or gone: found by id there.)
+                redis.call('HDEL', c.k.tail_seqs, unpack(ids))
+            end
         end
         local gone, keep = gone_of(c, stay)
         drop(c, gone)
