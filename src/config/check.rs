@@ -36,6 +36,8 @@ mod defaults {
     pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
     pub const STORE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// How long the store answers nothing before `fail_mode` applies.
+    pub const STORE_UNREACHABLE_AFTER: Duration = Duration::from_secs(1);
     pub const KEYS_ENV: &str = "WAITROOM_COOKIE_KEYS";
     pub const ORIGIN_TIMEOUT: Duration = Duration::from_secs(30);
     pub const ORIGIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -483,6 +485,23 @@ impl Checker<'_, '_> {
             defaults::STORE_TIMEOUT,
             Duration::ZERO,
         );
+        // One slow call is not an outage: the window must outlast a call.
+        let unreachable_path = p.key("unreachable_after");
+        let unreachable_after = self.duration(
+            &unreachable_path,
+            raw.unreachable_after,
+            defaults::STORE_UNREACHABLE_AFTER.max(timeout),
+            Duration::from_millis(1),
+        );
+        if unreachable_after < timeout {
+            self.fail(
+                &unreachable_path,
+                format!(
+                    "must be at least store.timeout ({} ms): one call that takes the whole timeout is a busy store, not an unreachable one",
+                    timeout.as_millis()
+                ),
+            );
+        }
         let fail_mode = match raw.fail_mode {
             None | Some(RawFailMode::Open) => FailMode::Open,
             Some(RawFailMode::Closed) => FailMode::Closed,
@@ -522,6 +541,7 @@ impl Checker<'_, '_> {
         StoreConfig {
             backend,
             timeout,
+            unreachable_after,
             fail_mode,
             instances: instances.max(1),
             tls_ca,
@@ -1166,7 +1186,10 @@ impl Checker<'_, '_> {
                 let path = p.key("codes_env");
                 if let Some(var) = self.env_name(&path, Some(var), "") {
                     match self.env_value(&var) {
-                        Some(v) => lane.codes.extend(codes_in(v.split(','))),
+                        Some(v) => {
+                            self.long_codes(&path, v.split(','));
+                            lane.codes.extend(codes_in(v.split(',')));
+                        }
                         None => self.fail(
                             &path,
                             format!(
@@ -1183,6 +1206,7 @@ impl Checker<'_, '_> {
                 let path = p.key("single_use_codes_file");
                 match std::fs::read_to_string(&file) {
                     Ok(text) => {
+                        self.long_codes(&path, text.lines());
                         lane.single_use.extend(codes_in(text.lines()));
                         if lane.single_use.is_empty() {
                             self.fail(&path, format!("{file} holds no code"));
@@ -1222,6 +1246,23 @@ impl Checker<'_, '_> {
             );
         }
         lanes
+    }
+
+    /// Refuses lane codes shorter than [`MIN_CODE_CHARS`]: a short code is
+    /// found by guessing (each guess costs an address one of its refused
+    /// codes, `gate::lanes`). The message names no code.
+    fn long_codes<'a>(&mut self, path: &KeyPath, items: impl Iterator<Item = &'a str>) {
+        let short = items
+            .map(str::trim)
+            .filter(|c| !c.is_empty() && !c.starts_with('#'))
+            .filter(|c| c.chars().count() < MIN_CODE_CHARS)
+            .count();
+        if short > 0 {
+            self.fail(
+                path,
+                format!("holds {short} code(s) shorter than {MIN_CODE_CHARS} characters: a short code is guessed; use at least {MIN_CODE_CHARS} random letters and digits"),
+            );
+        }
     }
 
     /// `[room.enqueue_token]`: its mode and keys (at least one key).
@@ -1757,6 +1798,9 @@ fn redact_url(text: &str) -> String {
 
 /// The codes of a list (a variable's, a file's lines): trimmed, without
 /// blanks and `#` comments, as digests.
+/// The shortest lane code `waitroom check` takes.
+pub const MIN_CODE_CHARS: usize = 8;
+
 fn codes_in<'a>(items: impl Iterator<Item = &'a str>) -> Vec<u64> {
     items
         .map(str::trim)

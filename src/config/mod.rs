@@ -266,6 +266,10 @@ pub struct StoreConfig {
     pub backend: Backend,
     /// Longest a request waits for the store.
     pub timeout: Duration,
+    /// How long the store must have answered nothing (no call, no ping)
+    /// before `fail_mode` applies; until then a call that fails or times
+    /// out is "busy, retry" and lets nobody in (`gate::guard`).
+    pub unreachable_after: Duration,
     pub fail_mode: FailMode,
     /// Instances sharing the store; in `local` fail mode each enforces
     /// `1/instances` of every limit.

@@ -118,6 +118,9 @@ pub(super) struct RawStore {
     /// then carries none of its own), so the file need not hold it.
     pub(super) password_env: Option<String>,
     pub(super) timeout: Option<RawDuration>,
+    /// How long the store must answer nothing (no call, no ping) before
+    /// `fail_mode` applies; a slower call meanwhile is "busy, retry".
+    pub(super) unreachable_after: Option<RawDuration>,
     pub(super) fail_mode: Option<RawFailMode>,
     /// How many instances share the store: with `fail_mode = "local"` each
     /// enforces 1/instances of every limit while the store is away.

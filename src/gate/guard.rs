@@ -10,6 +10,18 @@
 //! store call, and a call that timed out meanwhile is `Busy` too, neither
 //! counted as a store failure nor answered with `fail_mode`.
 //!
+//! Nor is one slow call: a store is *unreachable* only once it has
+//! answered nothing, to any call or to the guard's own ping (sent a few
+//! times a second off the request path, [`Liveness`]), for
+//! `store.unreachable_after` (1 s by default). Until then a call that
+//! times out or fails is `Busy` ("busy, retry": nobody let in unchecked,
+//! nothing created), counted as `waitroom_store_busy_total`; only after it
+//! does the breaker open and `fail_mode` apply, counted as
+//! `waitroom_store_errors_total` and logged once as "store unreachable".
+//! Redis running a long script (a slow call, a `DEBUG SLEEP`) answers
+//! nothing for a while and then answers: busy. Redis killed, or the
+//! network cut, answers nothing at all: unreachable after the window.
+//!
 //! That last part matters with a frozen Redis: a new visitor's `arrive`
 //! that timed out may still run when Redis thaws. The script refuses to run
 //! past its deadline (`store/redis/lua/lib/ctx.lua`), and for the narrow window
@@ -37,6 +49,48 @@ use super::rooms::Room;
 /// whole timeout.
 const RETRY_AFTER_FAILURE_MS: Millis = 1000;
 
+/// When the shared store last answered anything, kept fresh by a ping a
+/// few times a second (only for a store that answers across the network:
+/// an in-process one always answers).
+struct Liveness {
+    /// Clock ms of the last answer.
+    last_answer_ms: AtomicU64,
+}
+
+impl Liveness {
+    fn answered(&self, now: Millis) {
+        self.last_answer_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Whether the store answered anything within `window` before `now`.
+    fn alive(&self, now: Millis, window: Duration) -> bool {
+        let last = self.last_answer_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) < window.as_millis() as u64
+    }
+}
+
+/// Pings the store every `every` while the guard lives, bounded by
+/// `timeout`; each answer is noted.
+async fn keep_pinging(
+    liveness: std::sync::Weak<Liveness>,
+    store: SharedStore,
+    clock: SharedClock,
+    every: Duration,
+    timeout: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(liveness) = liveness.upgrade() else {
+            return;
+        };
+        if let Ok(Ok(())) = tokio::time::timeout(timeout, store.ping()).await {
+            liveness.answered(clock.now_ms());
+        }
+    }
+}
+
 /// Most orphaned decisions remembered for release; beyond it the oldest are
 /// dropped (their sessions then end by expiry).
 const MAX_ORPHANS: usize = 100_000;
@@ -53,6 +107,9 @@ pub struct StoreGuard {
     /// Instances sharing the store: the local share is 1/instances.
     instances: u64,
     timeout: Duration,
+    /// How long the store must answer nothing before it is unreachable.
+    unreachable_after: Duration,
+    liveness: Arc<Liveness>,
     clock: SharedClock,
     telemetry: Arc<Telemetry>,
     /// Whether the last shared call failed; logs transitions once.
@@ -77,12 +134,31 @@ impl StoreGuard {
         clock: SharedClock,
         telemetry: Arc<Telemetry>,
     ) -> Self {
+        let liveness = Arc::new(Liveness {
+            last_answer_ms: AtomicU64::new(clock.now_ms()),
+        });
+        let unreachable_after = config.store.unreachable_after.max(config.store.timeout);
+        if shared.answers().is_some() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let every = (unreachable_after / 4)
+                    .clamp(Duration::from_millis(20), Duration::from_millis(250));
+                runtime.spawn(keep_pinging(
+                    Arc::downgrade(&liveness),
+                    shared.clone(),
+                    clock.clone(),
+                    every,
+                    config.store.timeout,
+                ));
+            }
+        }
         Self {
             shared,
             local: (config.store.fail_mode == FailMode::Local)
                 .then(|| Arc::new(MemoryStore::new())),
             instances: config.store.instances.max(1),
             timeout: config.store.timeout,
+            unreachable_after,
+            liveness,
             clock,
             telemetry,
             down: AtomicBool::new(false),
@@ -375,6 +451,12 @@ impl StoreGuard {
             .await
     }
 
+    /// Takes single-use members back out of a note set (`Store::forget`).
+    pub async fn forget(&self, room: &Room, set: &str, members: &[u64]) -> Result<u64, StoreError> {
+        self.call(self.shared.forget(&room.config.id, set, members))
+            .await
+    }
+
     /// The operators' runtime changes to the room.
     pub async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
         self.call(self.shared.overrides(room)).await
@@ -437,6 +519,26 @@ impl StoreGuard {
             let answered = answers.is_some() && self.shared.answers() > answers;
             if answered || late >= self.late_limit() || self.behind() {
                 return Err(StoreError::Busy);
+            }
+        }
+        let now = self.clock.now_ms();
+        match &result {
+            // The store said something: it is there.
+            Ok(_) | Err(StoreError::Stale(_) | StoreError::Layout(_) | StoreError::Protocol(_)) => {
+                self.liveness.answered(now)
+            }
+            Err(StoreError::Busy) => {}
+            // No answer to this call. Busy, unless the store has answered
+            // nothing at all (no call, no ping) for the whole window.
+            Err(StoreError::Timeout | StoreError::Unavailable(_) | StoreError::Down) => {
+                // (Answers to other calls while this one waited count.)
+                if answers.is_some() && self.shared.answers() > answers {
+                    self.liveness.answered(now);
+                }
+                if self.liveness.alive(now, self.unreachable_after) {
+                    self.telemetry.metrics.store_busy();
+                    return Err(StoreError::Busy);
+                }
             }
         }
         self.record(&result);
@@ -622,7 +724,11 @@ impl StoreGuard {
         if self.down.swap(failed, Ordering::Relaxed) != failed {
             self.telemetry.metrics.set_store_up(!failed);
             match result {
-                Err(e) => tracing::error!(error = %e, "store unavailable"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    window_ms = self.unreachable_after.as_millis() as u64,
+                    "store unreachable (no answer to any call or ping within the window); store.fail_mode applies"
+                ),
                 Ok(_) => tracing::info!("store available again"),
             }
         }
@@ -714,6 +820,9 @@ mod tests {
             now: Millis,
         ) -> Result<crate::store::Noted, StoreError> {
             self.0.note(room, set, members, until, now).await
+        }
+        async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
+            self.0.forget(room, set, members).await
         }
         async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
             self.0.overrides(room).await

@@ -478,6 +478,11 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<Noted, StoreError>;
 
+    /// Takes `members` back out of the room's set `set` (a single-use
+    /// token or code noted for an arrival that then got no place: closed,
+    /// queue full, or the decision failed). Returns how many were there.
+    async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError>;
+
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
 
@@ -501,6 +506,13 @@ pub trait Store: Send + Sync + 'static {
     /// Periodic upkeep the daemon runs every few seconds, off the request
     /// path (Redis: re-measures the server clock that deadlines are set in).
     async fn upkeep(&self) {}
+
+    /// The cheapest call the store answers, to tell a store that is busy
+    /// (it answers, late) from one that is unreachable (`gate::guard`).
+    /// An in-process store always answers.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Writes out what a backend holds back for a room to write in batches
     /// (Redis: polls answered from a queue description); the daemon calls

@@ -77,6 +77,7 @@ pub struct Metrics {
     /// The same waits, the last hour by minute, per room (for the dashboard).
     wait_hours: Mutex<HashMap<String, Arc<Mutex<WaitHour>>>>,
     store_errors: Counter,
+    store_busy: Counter,
     store_up: Gauge,
     proxy_responses: Family<ClassLabel, Counter>,
     /// The five status-class counters, looked up once: bumped on every response.
@@ -168,6 +169,7 @@ impl Metrics {
             queue_wait: Family::new_with_constructor(wait_histogram),
             wait_hours: Mutex::default(),
             store_errors: Counter::default(),
+            store_busy: Counter::default(),
             store_up: Gauge::default(),
             proxy_responses: Family::default(),
             by_class: Default::default(),
@@ -214,8 +216,13 @@ impl Metrics {
         );
         registry.register(
             "store_errors",
-            "Store calls that failed or timed out",
+            "Store calls that failed: the store unreachable past store.unreachable_after (fail_mode applies), or answering wrongly",
             m.store_errors.clone(),
+        );
+        registry.register(
+            "store_busy",
+            "Store calls that timed out or failed while the store still answered (busy, not unreachable): answered busy, retry; fail_mode not applied",
+            m.store_busy.clone(),
         );
         registry.register(
             "store_up",
@@ -358,6 +365,11 @@ impl Metrics {
                     .set(v.min(i64::MAX as u64) as i64);
             }
         }
+    }
+
+    /// A store call that got no answer from a store that still answers.
+    pub fn store_busy(&self) {
+        self.store_busy.inc();
     }
 
     pub fn store_error(&self) {

@@ -53,6 +53,7 @@ pub fn config(origin: SocketAddr) -> Config {
         store: StoreConfig {
             backend: Backend::Memory,
             timeout: Duration::from_millis(500),
+            unreachable_after: Duration::from_secs(1),
             fail_mode: FailMode::Open,
             instances: 1,
             tls_ca: None,

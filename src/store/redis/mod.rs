@@ -1498,6 +1498,11 @@ impl Store for RedisStore {
         Some(self.inner.answers.load(Ordering::Relaxed))
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        // TIME: as cheap as PING, and it keeps the server clock measured.
+        self.inner.sync_clock().await
+    }
+
     async fn upkeep(&self) {
         self.inner.verify_now(true).await;
         if let Err(e) = self.inner.sync_clock().await {
@@ -1510,6 +1515,22 @@ impl Store for RedisStore {
         // refresh; a room whose polls stopped gets one here.
         if let Some(seen) = self.inner.frontiers.claim_pending(&room.room) {
             self.inner.refresh_frontier(room, now_ms, seen).await;
+        }
+    }
+
+    async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
+        let mut inv = self.inner.scripts.note.prepare_invoke();
+        inv.key(RoomKeys::note(room, set)).arg(0).arg("-");
+        for m in members {
+            inv.arg(*m);
+        }
+        let reply = self.inner.run_writing(&inv).await?;
+        match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [taken, _] => as_u64(taken).ok_or_else(|| protocol("note", &reply)),
+                _ => Err(protocol("note", &reply)),
+            },
+            _ => Err(protocol("note", &reply)),
         }
     }
 
