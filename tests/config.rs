@@ -1172,11 +1172,14 @@ fn lanes_are_checked_and_become_the_policy() {
     let dir = std::env::temp_dir().join(format!("wr-lanes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let once = dir.join("codes.txt");
-    std::fs::write(&once, "# presale\nONE-1\n\nONE-2\n").unwrap();
+    std::fs::write(&once, "# presale\nONE-TIME-1\n\nONE-TIME-2\n").unwrap();
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "ONE-TIME-1\nONE-2\n").unwrap();
     let env = env_of(&[
         ("WAITROOM_COOKIE_KEYS", KEY_A),
-        ("CODES", "A, B"),
-        ("STAFF", "STAFF-1"),
+        ("CODES", "PRESALE-A, PRESALE-B"),
+        ("STAFF", "STAFF-0001"),
+        ("SHORT", "PRESALE-A,ABC1234"),
     ]);
     let room = |lanes: &str| {
         format!(
@@ -1194,6 +1197,10 @@ fn lanes_are_checked_and_become_the_policy() {
     assert_eq!(
         (p.lanes.count, &p.lanes.shares[..3]),
         (2, &[500, 300, 200][..])
+    );
+    let short_file = format!(
+        "[[room.lane]]\nname = \"a\"\nshare = 0.3\nsingle_use_codes_file = {:?}\n",
+        short.to_str().unwrap()
     );
     for (lanes, want) in [
         (
@@ -1227,6 +1234,14 @@ fn lanes_are_checked_and_become_the_policy() {
         (
             "[[room.lane]]\nname = \"a\"\nshare = 0.3\ncodes_env = \"NOPE\"\n",
             "NOPE is not set",
+        ),
+        (
+            "[[room.lane]]\nname = \"a\"\nshare = 0.3\ncodes_env = \"SHORT\"\n",
+            "codes_env (line 12, column 13): holds 1 code(s) shorter than 8 characters",
+        ),
+        (
+            short_file.as_str(),
+            "single_use_codes_file (line 12, column 25): holds 1 code(s) shorter than 8",
         ),
     ] {
         let e = err(&room(lanes), &env);

@@ -17,7 +17,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use support::Harness;
-use waitroom::config::{Backend, EnqueueToken, LaneConfig};
+use waitroom::config::{Backend, EnqueueToken, LaneConfig, Secret};
 use waitroom::domain::digest64;
 use waitroom::enqueue::TokenKeys;
 use waitroom::store::VisitorId;
@@ -330,4 +330,122 @@ async fn a_code_enters_only_as_issued_and_a_single_use_one_only_once_at_once() {
     let in_lane = answers.iter().filter(|v| lane_of(v).is_some()).count();
     assert_eq!(in_lane, 1, "{answers:?}");
     assert!(answers.iter().all(|v| v["state"] == "queued"));
+}
+
+/// A single-use code and a token's `jti` are spent only on a place: an
+/// arrival that the room refuses (here it is closed) gives them back,
+/// so whoever clicked early can use them once the room takes newcomers.
+/// Before, both were gone: the code holder landed in the general queue,
+/// the member was refused as "replayed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_and_a_jti_are_given_back_when_the_arrival_gets_no_place() {
+    let h = Harness::start(|c| {
+        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let room = &mut c.rooms[0];
+        c.server.admin_token = Some(Secret("admin-token".into()));
+        room.total_active_users = 1;
+        room.enqueue_token = Some(EnqueueToken {
+            required: false,
+            keys: TokenKeys {
+                hmac: vec![SECRET.to_vec()],
+                public: vec![],
+            },
+        });
+        room.lanes = vec![LaneConfig {
+            name: "presale".into(),
+            share: 300,
+            codes: HashSet::new(),
+            single_use: HashSet::from([digest64(ONCE)]),
+            token_claim: false,
+        }];
+    })
+    .await;
+    Browser::new(0).json(&h, "/shop/", &[]).await;
+    let state = |state: &'static str| {
+        h.bare()
+            .patch(h.admin_url("/api/rooms/shop"))
+            .bearer_auth("admin-token")
+            .json(&serde_json::json!({ "state": state }))
+            .send()
+    };
+    assert!(state("closed").await.unwrap().status().is_success());
+    let exp = h.clock_now() / 1000 + 3600;
+    let member =
+        token(serde_json::json!({"sub": "early", "room": "shop", "exp": exp, "jti": "link-1"}));
+    let code_path = format!("/shop/?waitroom_code={ONCE}");
+    let (coder, tokener) = (Browser::new(10), Browser::new(11));
+    let full = coder.json(&h, &code_path, &[]).await;
+    assert_eq!(full["state"], "closed", "{full}");
+    let full = tokener
+        .json(&h, "/shop/", &[("x-waitroom-token", &member)])
+        .await;
+    assert_eq!(full["state"], "closed", "{full}");
+    assert!(state("open").await.unwrap().status().is_success());
+    let entered = coder.json(&h, &code_path, &[]).await;
+    assert_eq!(
+        (entered["state"].as_str(), entered["lane"].as_str()),
+        (Some("queued"), Some("presale")),
+        "the code was given back: {entered}"
+    );
+    let entered = tokener
+        .json(&h, "/shop/", &[("x-waitroom-token", &member)])
+        .await;
+    assert_eq!(
+        entered["state"], "queued",
+        "the jti was given back: {entered}"
+    );
+    // Spent now: another browser with the same code gets no lane.
+    let again = Browser::new(12).json(&h, &code_path, &[]).await;
+    assert!(again.get("lane").is_none(), "{again}");
+}
+
+/// Guessing codes costs an address its time: past five refused codes (the
+/// sixth is the one over), any request bearing a code is answered 429 without the code being looked
+/// at (so the right code, guessed then, tells nothing), until the
+/// allowance has a cell again. Other addresses are not affected. Before,
+/// only the arrival limits spaced the guesses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_guessing_codes_is_stopped_and_learns_nothing() {
+    let h = daemon(None).await;
+    Browser::new(0).json(&h, "/shop/", &[]).await;
+    let guesser = |n: usize| Browser {
+        ip: "198.51.100.66".into(),
+        ..Browser::new(n)
+    };
+    for n in 0..6 {
+        let v = guesser(100 + n)
+            .json(&h, &format!("/shop/?waitroom_code=GUESS-{n:04}"), &[])
+            .await;
+        assert_eq!(v["state"], "queued", "a wrong code: the general queue: {v}");
+        assert!(v.get("lane").is_none());
+    }
+    let v = guesser(105)
+        .json(&h, "/shop/?waitroom_code=GUESS-0006", &[])
+        .await;
+    assert!(v["retry_after"].as_u64().is_some_and(|s| s <= 10), "429: {v}");
+    for spelling in [
+        format!("/shop/?waitroom_code={MEMBERS}"),
+        format!("/shop/?waitroom_code={ONCE}"),
+    ] {
+        let v = guesser(106).json(&h, &spelling, &[]).await;
+        assert!(v["retry_after"].as_u64().is_some(), "not looked at: {v}");
+    }
+    let v = guesser(107)
+        .json(&h, "/shop/", &[("x-waitroom-code", MEMBERS)])
+        .await;
+    assert!(v["retry_after"].as_u64().is_some(), "the header too: {v}");
+    // Without a code, the address is a newcomer like any other.
+    let v = guesser(109).json(&h, "/shop/", &[]).await;
+    assert_eq!(v["state"], "queued", "{v}");
+    // Another address with the right code.
+    let v = Browser::new(7)
+        .json(&h, &format!("/shop/?waitroom_code={MEMBERS}"), &[])
+        .await;
+    assert_eq!(v["lane"], "presale", "{v}");
+    // The single-use code was not spent by the blocked tries.
+    h.clock.advance(Duration::from_secs(10));
+    let v = guesser(108)
+        .json(&h, &format!("/shop/?waitroom_code={ONCE}"), &[])
+        .await;
+    assert_eq!(v["lane"], "presale", "after the wait: {v}");
 }

@@ -86,11 +86,16 @@ async fn one_person_from_fifty_browsers_and_fifty_addresses_holds_one_place() {
     let (status, _, _) = get(&h, "/shop/", "198.51.100.1", &[]).await;
     assert_eq!(status, 200, "someone without a token fills the room");
     let t = token(claims(&h, "user-42"), SECRET);
+    let path = format!("/shop/?waitroom_token={t}");
     let mut positions = Vec::new();
-    for i in 0..50 {
-        // Fifty browsers (no cookies), fifty addresses, the link's token.
+    for i in 0..20 {
+        // Twenty browsers (no cookies), twenty addresses, the link's
+        // token: four at once, then one every two seconds (a member's
+        // arrivals are spaced out, `gate::limits`).
+        if i >= 4 {
+            h.clock.advance(Duration::from_secs(2));
+        }
         let ip = format!("203.0.113.{}", i + 1);
-        let path = format!("/shop/?waitroom_token={t}");
         let (status, cookie, body) = get(&h, &path, &ip, &[JSON]).await;
         assert_eq!(status, 200, "{body}");
         assert!(cookie.is_some());
@@ -99,6 +104,14 @@ async fn one_person_from_fifty_browsers_and_fifty_addresses_holds_one_place() {
         positions.push(v["position"].as_u64().unwrap());
     }
     assert!(positions.iter().all(|&p| p == 1), "{positions:?}");
+    // Thirty more at once, from thirty addresses: each costs the store a
+    // lookup of the member's place, so they are told to come back (429),
+    // and none gets a place.
+    for i in 20..50 {
+        let ip = format!("203.0.113.{}", i + 1);
+        let (status, cookie, body) = get(&h, &path, &ip, &[JSON]).await;
+        assert_eq!((status, cookie), (429, None), "{body}");
+    }
     assert_eq!(h.counts().await, (1, 1), "one place for the one person");
     // Another person with a token of their own gets a place of their own.
     let other = token(claims(&h, "user-43"), SECRET);
@@ -112,13 +125,14 @@ async fn one_person_from_fifty_browsers_and_fifty_addresses_holds_one_place() {
     assert_eq!(json(&body)["position"], 2);
     let metrics = h.metrics().await;
     assert!(
-        metrics.contains(r#"outcome="token_verified"} 51"#),
+        metrics.contains(r#"outcome="token_verified"} 21"#),
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"outcome="token_folded"} 49"#),
+        metrics.contains(r#"outcome="token_folded"} 19"#),
         "{metrics}"
     );
+    assert!(metrics.contains(r#"outcome="limited"} 30"#), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,6 +332,8 @@ async fn a_token_passed_round_many_networks_is_a_shared_ticket() {
         let (status, _, body) = get(&h, "/shop/", &ip, &[JSON, ("x-waitroom-token", &t)]).await;
         assert_eq!(status, 200, "network {n}: {body}");
     }
+    // (Past the member's burst of arrivals.)
+    h.clock.advance(Duration::from_secs(2));
     let (status, cookie, body) = get(
         &h,
         "/shop/",

@@ -42,24 +42,26 @@ impl Room {
 
 impl Gate {
     /// The lane a newcomer enters (0: the general queue): by the code it
-    /// brings, else by its verified token's `lane` claim.
+    /// brings, else by its verified token's `lane` claim; and the
+    /// single-use code it spent to enter, if any (given back if the
+    /// arrival gets no place: `Gate::give_back`).
     pub(super) async fn lane_entry(
         &self,
         room: &Room,
         headers: &HeaderMap,
         ctx: &Ctx<'_>,
         claim: Option<&str>,
-    ) -> Result<u8, StoreError> {
+    ) -> Result<(u8, Option<u64>), StoreError> {
         let lanes = &room.config.lanes;
         if lanes.is_empty() {
-            return Ok(0);
+            return Ok((0, None));
         }
         let query = ctx.canonical.query();
         if let Some(code) = super::members::presented(headers, query, &X_WAITROOM_CODE, CODE_PARAM)
         {
             let digest = digest64(code.trim());
             if let Some(i) = lanes.iter().position(|l| l.codes.contains(&digest)) {
-                return Ok(self.entered(room, i));
+                return Ok((self.entered(room, i), None));
             }
             if let Some(i) = lanes.iter().position(|l| l.single_use.contains(&digest)) {
                 let until = ctx.now + USED_CODE_MS;
@@ -68,14 +70,34 @@ impl Gate {
                     .note(room, "codes", &[digest], until, ctx.now)
                     .await?;
                 if noted.added == 1 {
-                    return Ok(self.entered(room, i));
+                    return Ok((self.entered(room, i), Some(digest)));
                 }
                 tracing::debug!(room = %room.config.id, client = %ctx.client, "a used lane code came again");
             }
             room.metrics.lane_code_refused.inc();
+            self.limits.codes.refused(ctx.client);
         }
         let by_claim = claim.and_then(|c| lanes.iter().position(|l| l.token_claim && l.name == c));
-        Ok(by_claim.map_or(0, |i| self.entered(room, i)))
+        Ok((by_claim.map_or(0, |i| self.entered(room, i)), None))
+    }
+
+    /// `Some(retry_after)` when the request bears a lane code and its
+    /// address had too many codes refused lately: it is answered 429, its
+    /// code not looked at (a guess costs an attacker its time, and tells
+    /// nothing).
+    pub(super) fn codes_blocked(
+        &self,
+        room: &Room,
+        headers: &HeaderMap,
+        ctx: &Ctx<'_>,
+    ) -> Option<std::time::Duration> {
+        if room.config.lanes.is_empty() {
+            return None;
+        }
+        let wait = self.limits.codes.blocked(ctx.client)?;
+        let query = ctx.canonical.query();
+        super::members::presented(headers, query, &X_WAITROOM_CODE, CODE_PARAM)?;
+        Some(wait)
     }
 
     /// Lane `i + 1` entered, counted.

@@ -6,7 +6,15 @@
 //!   limited poll gets 429 with `Retry-After` and no store call, so the
 //!   place is kept;
 //! * new tickets per client address (`ip_arrival_burst`, then
-//!   `ip_arrivals_per_second`): one address cannot fill a queue with places.
+//!   `ip_arrivals_per_second`): one address cannot fill a queue with places;
+//! * arrivals per enqueue-token member (`sub`), per room: a member's token
+//!   presented again and again (from any address) is limited to a few
+//!   at once and then one per `MEMBER_EVERY`, each of which costs the
+//!   store a lookup of the member's place;
+//! * refused lane codes per client address (`REFUSED_CODE_BURST`, then one
+//!   per `REFUSED_CODE_EVERY`): past that, a request bearing any code is
+//!   answered 429 without the code being looked at, so codes cannot be
+//!   guessed at the arrival rate.
 //!
 //! The limiters run on the gate's injected clock, so tests move time. Idle
 //! entries are forgotten every `SWEEP_EVERY_MS`, so the tables stay as
@@ -44,6 +52,11 @@ pub const VISITOR_BURST: u32 = 5;
 /// A visitor may poll this many times per refresh interval after its burst.
 pub const VISITOR_POLLS_PER_REFRESH: u32 = 4;
 
+/// Arrivals a member (an enqueue token's `sub`) may make at once.
+pub const MEMBER_BURST: u32 = 4;
+/// After its burst, a member may arrive once per this long.
+pub const MEMBER_EVERY: Duration = Duration::from_secs(2);
+
 /// One room's per-visitor limiter.
 pub struct VisitorLimit {
     limiter: Keyed<VisitorId>,
@@ -53,9 +66,15 @@ pub struct VisitorLimit {
 impl VisitorLimit {
     pub fn new(refresh_interval: Duration, clock: SharedClock) -> Self {
         let every = (refresh_interval / VISITOR_POLLS_PER_REFRESH).max(Duration::from_millis(1));
-        let quota = Quota::with_period(every)
+        Self::every(every, VISITOR_BURST, clock)
+    }
+
+    /// A burst of `burst`, then one per `every`: a room's members'
+    /// arrivals ([`MEMBER_BURST`], [`MEMBER_EVERY`]).
+    pub fn every(every: Duration, burst: u32, clock: SharedClock) -> Self {
+        let quota = Quota::with_period(every.max(Duration::from_millis(1)))
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::new(VISITOR_BURST).unwrap_or(NonZeroU32::MIN));
+            .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
         let clock = GateClock(clock);
         Self {
             limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
@@ -126,6 +145,71 @@ impl AddressLimit {
     }
 }
 
+/// Lane codes an address may have refused at once.
+pub const REFUSED_CODE_BURST: u32 = 5;
+/// After its burst, an address may have one code refused per this long.
+pub const REFUSED_CODE_EVERY: Duration = Duration::from_secs(10);
+
+/// Refused lane codes per client address: an address over its allowance
+/// is blocked from trying codes until the allowance has a cell again.
+pub struct RefusedCodes {
+    limiter: Keyed<IpAddr>,
+    /// Addresses (limit keys) blocked, and until when (clock ms).
+    blocked: std::sync::Mutex<std::collections::HashMap<IpAddr, u64>>,
+    clock: GateClock,
+}
+
+impl RefusedCodes {
+    pub fn new(clock: SharedClock) -> Self {
+        let quota = Quota::with_period(REFUSED_CODE_EVERY)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(REFUSED_CODE_BURST).unwrap_or(NonZeroU32::MIN));
+        let clock = GateClock(clock);
+        Self {
+            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
+            blocked: Default::default(),
+            clock,
+        }
+    }
+
+    /// `ip` had a code refused: one of its allowance spent; past it, the
+    /// address is blocked from trying codes for the time one comes back.
+    pub fn refused(&self, ip: IpAddr) {
+        let key = crate::canonical::limit_key(ip);
+        if self.limiter.check_key(&key).is_err() {
+            // The refusal that went over blocks until the next cell.
+            let now = self.clock.now();
+            let until = now + REFUSED_CODE_EVERY;
+            self.blocked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, until.as_millis() as u64);
+        }
+    }
+
+    /// `Some(retry_after)` while `ip` may not try codes.
+    pub fn blocked(&self, ip: IpAddr) -> Option<Duration> {
+        let key = crate::canonical::limit_key(ip);
+        let now = self.clock.now().as_millis() as u64;
+        let blocked = self
+            .blocked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let until = *blocked.get(&key)?;
+        (until > now).then(|| Duration::from_millis(until - now))
+    }
+
+    pub fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+        let now = self.clock.now().as_millis() as u64;
+        self.blocked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, until| *until > now);
+    }
+}
+
 /// How often idle limiter entries are forgotten.
 pub const SWEEP_EVERY_MS: u64 = 30_000;
 
@@ -135,6 +219,8 @@ pub struct ClientLimits {
     pub polls: AddressLimit,
     /// New tickets per client address.
     pub arrivals: AddressLimit,
+    /// Refused lane codes per client address.
+    pub codes: RefusedCodes,
     /// When idle entries were last forgotten (clock ms).
     swept_at: AtomicU64,
     clock: SharedClock,
@@ -145,6 +231,7 @@ impl ClientLimits {
         Self {
             polls,
             arrivals,
+            codes: RefusedCodes::new(clock.clone()),
             swept_at: AtomicU64::new(clock.now_ms()),
             clock,
         }
@@ -167,6 +254,7 @@ impl ClientLimits {
     pub fn forget_idle(&self) {
         self.polls.forget_idle();
         self.arrivals.forget_idle();
+        self.codes.forget_idle();
     }
 }
 
@@ -198,6 +286,41 @@ mod tests {
         clock.advance(Duration::from_secs(5));
         assert!(limit.check(v).is_ok());
         assert!(limit.check(v).is_err());
+    }
+
+    #[test]
+    fn a_member_gets_a_few_arrivals_then_one_per_two_seconds() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let limit = VisitorLimit::every(MEMBER_EVERY, MEMBER_BURST, Arc::new(clock.clone()));
+        let member = VisitorId([7; 16]);
+        for _ in 0..MEMBER_BURST {
+            assert!(limit.check(member).is_ok());
+        }
+        assert_eq!(retry_after_secs(limit.check(member).unwrap_err()), 2);
+        clock.advance(MEMBER_EVERY);
+        assert!(limit.check(member).is_ok());
+        assert!(limit.check(member).is_err());
+    }
+
+    #[test]
+    fn an_address_that_had_codes_refused_is_blocked_from_trying_more() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let codes = RefusedCodes::new(Arc::new(clock.clone()));
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        for _ in 0..REFUSED_CODE_BURST {
+            assert_eq!(codes.blocked(ip), None);
+            codes.refused(ip);
+        }
+        assert_eq!(codes.blocked(ip), None, "within the allowance");
+        codes.refused(ip);
+        assert_eq!(codes.blocked(ip), Some(REFUSED_CODE_EVERY));
+        assert_eq!(codes.blocked("203.0.113.10".parse().unwrap()), None);
+        clock.advance(REFUSED_CODE_EVERY);
+        assert_eq!(codes.blocked(ip), None, "one more try");
+        codes.refused(ip);
+        assert_eq!(codes.blocked(ip), None);
+        codes.refused(ip);
+        assert!(codes.blocked(ip).is_some(), "and no more");
     }
 
     #[test]

@@ -42,10 +42,16 @@ pub(super) enum Entry {
         visitor: VisitorId,
         claim: Option<String>,
         unseen: bool,
+        /// The token's `jti`, noted as spent by this arrival (given back
+        /// if it gets no place: `Gate::give_back`).
+        jti: Option<u64>,
     },
     /// Turned away: no token where one is required (`missing`), or one
     /// that does not hold.
     Refused { missing: bool },
+    /// A member arriving again too soon, too often (`Room::member_limit`):
+    /// asked to come back after this long, nothing asked of the store.
+    Limited(std::time::Duration),
 }
 
 /// The key member ids are derived with, from the first cookie key (so
@@ -113,19 +119,14 @@ impl Gate {
                 return Ok(Entry::Refused { missing: false });
             }
         };
-        let until = claims.exp.saturating_mul(1000);
-        if let Some(jti) = &claims.jti {
-            let noted = self
-                .store
-                .note(room, "jti", &[hash64(jti)], until, ctx.now)
-                .await?;
-            if noted.added == 0 {
-                room.metrics.token_replayed.inc();
-                tracing::debug!(room = %room.config.id, client = %ctx.client, "enqueue token replayed");
-                return Ok(Entry::Refused { missing: false });
-            }
-        }
         let visitor = self.member_id(room, &claims.sub);
+        // Each arrival of a member looks up its place: one token sent
+        // again and again, from any number of addresses, is spaced out.
+        if let Err(wait) = room.member_limit.check(visitor) {
+            room.metrics.limited.inc();
+            return Ok(Entry::Limited(wait));
+        }
+        let until = claims.exp.saturating_mul(1000);
         // A token passed round is a shared ticket: its networks count
         // with those of the member's session (`Gate::moved_network`).
         let max = self.tickets.max_networks;
@@ -157,10 +158,22 @@ impl Gate {
             // they find their own place, not a second one.
             room.metrics.token_folded.inc();
         }
+        let unseen = noted.added == 1;
+        // Last, so that no refusal above spends it.
+        let jti = claims.jti.as_deref().map(hash64);
+        if let Some(jti) = jti {
+            let noted = self.store.note(room, "jti", &[jti], until, ctx.now).await?;
+            if noted.added == 0 {
+                room.metrics.token_replayed.inc();
+                tracing::debug!(room = %room.config.id, client = %ctx.client, "enqueue token replayed");
+                return Ok(Entry::Refused { missing: false });
+            }
+        }
         Ok(Entry::Member {
             visitor,
             claim: claims.lane,
-            unseen: noted.added == 1,
+            unseen,
+            jti,
         })
     }
 

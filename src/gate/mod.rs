@@ -179,6 +179,16 @@ pub struct Ctx<'c> {
     pub now: Millis,
 }
 
+/// What a newcomer's arrival spent that is good once (noted in the store
+/// before the decision): given back if the arrival gets no place.
+#[derive(Clone, Copy)]
+struct Spent {
+    /// An enqueue token's `jti` (its digest).
+    jti: Option<u64>,
+    /// A single-use lane code (its digest).
+    code: Option<u64>,
+}
+
 /// Whether a new visitor must, or did, do the room's proof of work.
 enum Proof {
     /// The room does not ask for one now.
@@ -749,6 +759,10 @@ impl Gate {
             room.metrics.limited.inc();
             return Ok(Decision::TooManyArrivals(wait));
         }
+        if let Some(wait) = self.codes_blocked(room, req, ctx) {
+            room.metrics.limited.inc();
+            return Ok(Decision::TooManyArrivals(wait));
+        }
         self.start_due_event(room, ctx.now).await;
         if self.is_bot(room, req, ctx) {
             return Ok(self.shadowed(room, ctx));
@@ -758,23 +772,36 @@ impl Gate {
         match self.enqueue_entry(room, req, ctx).await? {
             members::Entry::Anyone => {}
             members::Entry::Refused { missing } => return Ok(Decision::TokenRefused { missing }),
+            members::Entry::Limited(wait) => return Ok(Decision::TooManyArrivals(wait)),
             members::Entry::Member {
                 visitor,
                 claim,
                 unseen,
+                jti,
             } => {
-                let lane = self.lane_entry(room, req, ctx, claim.as_deref()).await?;
-                let verdict = self
+                let spent = |code| Spent { jti, code };
+                let (lane, code) = match self.lane_entry(room, req, ctx, claim.as_deref()).await {
+                    Ok(entry) => entry,
+                    Err(e) => return Err(self.give_back(room, spent(None), e, ctx).await),
+                };
+                let verdict = match self
                     .store
                     .arrive_member(room, visitor, lane, unseen, ctx.now)
-                    .await?;
+                    .await
+                {
+                    Ok(verdict) => verdict,
+                    Err(e) => return Err(self.give_back(room, spent(code), e, ctx).await),
+                };
                 match verdict {
                     Verdict::Admitted { .. } => room.metrics.admitted.inc(),
                     Verdict::Queued(_) => {
                         room.set_queueing(true);
                         room.metrics.queued.inc()
                     }
-                    Verdict::Rejected(_) => room.metrics.rejected.inc(),
+                    Verdict::Rejected(_) => {
+                        self.give_back_unused(room, spent(code), ctx).await;
+                        room.metrics.rejected.inc()
+                    }
                     Verdict::Ended => 0,
                 };
                 return Ok(self.verdict(room, visitor, lane, verdict, ctx));
@@ -791,9 +818,17 @@ impl Gate {
             Proof::Proven => true,
             Proof::NotAsked => false,
         };
-        // (A code is spent only once the challenge is passed.)
-        let lane = self.lane_entry(room, req, ctx, None).await?;
-        let (visitor, verdict) = self.store.arrive(room, lane, ctx.now).await?;
+        // (A code is spent only once the challenge is passed, and given
+        // back if the arrival gets no place.)
+        let (lane, code) = self.lane_entry(room, req, ctx, None).await?;
+        let spent = Spent { jti: None, code };
+        let (visitor, verdict) = match self.store.arrive(room, lane, ctx.now).await {
+            Ok(decided) => decided,
+            Err(e) => return Err(self.give_back(room, spent, e, ctx).await),
+        };
+        if let Verdict::Rejected(_) = verdict {
+            self.give_back_unused(room, spent, ctx).await;
+        }
         match verdict {
             Verdict::Admitted { .. } => room.metrics.admitted.inc(),
             // The room just began to queue: this visitor gets no place
@@ -856,6 +891,32 @@ impl Gate {
             }
         }
         Ok(Proof::Wanted(self.challenge(room, ctx.now)))
+    }
+
+    /// Gives back what an arrival spent (a token's `jti`, a single-use
+    /// lane code) when its decision failed: it bought no place, so its
+    /// bearer may use it again. Returns the error, for the caller's `?`.
+    async fn give_back(
+        &self,
+        room: &Room,
+        spent: Spent,
+        error: StoreError,
+        ctx: &Ctx<'_>,
+    ) -> StoreError {
+        self.give_back_unused(room, spent, ctx).await;
+        error
+    }
+
+    /// Gives back what an arrival spent that got no place (refused: the
+    /// room closed, the queue full; or its decision failed).
+    async fn give_back_unused(&self, room: &Room, spent: Spent, ctx: &Ctx<'_>) {
+        for (set, member) in [("jti", spent.jti), ("codes", spent.code)] {
+            let Some(member) = member else { continue };
+            if let Err(e) = self.store.forget(room, set, &[member]).await {
+                // The store away: what was noted stays spent.
+                tracing::warn!(room = %room.config.id, client = %ctx.client, set, error = %e, "a single-use token or code could not be given back");
+            }
+        }
     }
 
     /// A fresh proof-of-work challenge for `room`, counted.

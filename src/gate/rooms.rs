@@ -18,7 +18,7 @@ use crate::store::memory::VisitorMap;
 use crate::telemetry::metrics::RoomMetrics;
 
 use super::eta::RateTracker;
-use super::limits::VisitorLimit;
+use super::limits::{VisitorLimit, MEMBER_BURST, MEMBER_EVERY};
 use super::schedule::{self, Event, InForce, Phase};
 use crate::clock::{Millis, SharedClock};
 
@@ -49,6 +49,8 @@ pub struct Room {
     pub metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub poll_limit: VisitorLimit,
+    /// Arrivals per enqueue-token member (`gate::members`).
+    pub member_limit: VisitorLimit,
     /// Visitors waiting, as the last upkeep read it (where the shadow
     /// queue puts its newcomers).
     queued_seen: std::sync::atomic::AtomicU64,
@@ -231,6 +233,7 @@ impl Room {
             rate: RateTracker::default(),
             metrics,
             poll_limit: VisitorLimit::new(config.refresh_interval, clock.clone()),
+            member_limit: VisitorLimit::every(MEMBER_EVERY, MEMBER_BURST, clock.clone()),
             queued_seen: std::sync::atomic::AtomicU64::new(0),
             queueing: AtomicBool::new(false),
             ended_here: EndedHere::default(),

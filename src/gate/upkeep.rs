@@ -16,6 +16,7 @@ impl Gate {
         if self.limits.sweep_due() {
             for room in self.rooms.all() {
                 room.poll_limit.forget_idle();
+                room.member_limit.forget_idle();
             }
             self.limits.forget_idle();
         }

@@ -541,6 +541,14 @@ impl Store for ModelStore {
         Ok(self.with(room, |r| r.start_event(event, now_ms)))
     }
 
+    async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(noted) = notes.get_mut(&(room.to_owned(), set.to_owned())) else {
+            return Ok(0);
+        };
+        Ok(members.iter().filter(|m| noted.remove(m).is_some()).count() as u64)
+    }
+
     async fn note(
         &self,
         room: &str,

@@ -54,6 +54,7 @@ macro_rules! store_conformance {
     ($factory:expr) => {
         $crate::conformance::store_conformance!(@cases $factory;
             capacity_holds_under_concurrent_arrivals,
+            forgotten_members_are_new_again,
             rate_limit_holds_under_concurrent_arrivals,
             rate_window_is_exact_at_its_edges,
             fifo_has_no_inversions_in_a_random_run,
@@ -1557,6 +1558,35 @@ pub async fn noted_sets_count_distinct_members_until_they_lapse(h: &Harness) {
         .await
         .unwrap();
     assert_eq!(n.size, 0, "every member lapsed at the session's end");
+}
+
+/// `forget`: a single-use member taken back (an arrival that got no place)
+/// is new again; only the members named go, in that room and set.
+pub async fn forgotten_members_are_new_again(h: &Harness) {
+    let s = &h.store;
+    let room = "c-forget";
+    let n = s.note(room, "jti", &[7, 8], T0 + MINUTE, T0).await.unwrap();
+    assert_eq!((n.added, n.size), (2, 2));
+    s.note("c-forget-2", "jti", &[7], T0 + MINUTE, T0)
+        .await
+        .unwrap();
+    assert_eq!(s.forget(room, "jti", &[7, 9]).await.unwrap(), 1);
+    assert_eq!(
+        s.forget(room, "codes", &[8]).await.unwrap(),
+        0,
+        "another set"
+    );
+    assert_eq!(s.forget("c-none", "jti", &[7]).await.unwrap(), 0);
+    let n = s
+        .note(room, "jti", &[7, 8], T0 + MINUTE, T0 + SECOND)
+        .await
+        .unwrap();
+    assert_eq!((n.added, n.size), (1, 2), "7 is new again, 8 was kept");
+    let n = s
+        .note("c-forget-2", "jti", &[7], T0 + MINUTE, T0 + SECOND)
+        .await
+        .unwrap();
+    assert_eq!(n.added, 0, "the other room's 7 stays");
 }
 
 /// `n` newcomers queued behind a full room, arriving 64 at a time (so a

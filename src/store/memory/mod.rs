@@ -244,6 +244,11 @@ impl Store for MemoryStore {
         Ok(self.with_room(room, |r| r.violations()))
     }
 
+    async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
+        let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(notes.forget(room, set, members))
+    }
+
     async fn note(
         &self,
         room: &str,

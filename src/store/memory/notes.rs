@@ -21,6 +21,21 @@ pub(super) struct Notes {
 const SWEEP_FLOOR: usize = 1024;
 
 impl Notes {
+    /// Takes `members` back out of a set; how many were there.
+    pub(super) fn forget(&mut self, room: &str, set: &str, members: &[u64]) -> u64 {
+        let Some(entry) = self.sets.get_mut(&(room.into(), set.into())) else {
+            return 0;
+        };
+        let mut taken = 0;
+        for m in members {
+            if entry.remove(m).is_some() {
+                self.members = self.members.saturating_sub(1);
+                taken += 1;
+            }
+        }
+        taken
+    }
+
     pub(super) fn note(
         &mut self,
         room: &str,

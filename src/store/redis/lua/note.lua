@@ -1,12 +1,18 @@
 -- note: members of an expiring set (a ZSET member -> until when, in the
 -- caller's clock, so tests move time as for every other script).
--- KEYS[1] the set. ARGV[1] now (ms), ARGV[2] until (ms), ARGV[3..] members.
--- Returns {members that were new, live members}.
+-- KEYS[1] the set. ARGV[1] now (ms), ARGV[2] until (ms), or '-' to take
+-- the members back (`Store::forget`), ARGV[3..] members.
+-- Returns {members that were new (taken back: that were there), live
+-- members}.
 local key = KEYS[1]
 local now, until_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local added = 0
-if #ARGV > 2 then
+if ARGV[2] == '-' then
+    if #ARGV > 2 then
+        added = redis.call('ZREM', key, unpack(ARGV, 3))
+    end
+elseif #ARGV > 2 then
     local pairs_nx = {}
     for i = 3, #ARGV do
         pairs_nx[#pairs_nx + 1] = until_ms
