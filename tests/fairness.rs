@@ -2,7 +2,8 @@
 //! will not let in (a bot score below the minimum from a trusted proxy, a
 //! forged proof of work) gets a page and JSON like a queued visitor's, a
 //! ticket like theirs, a place that moves up slowly and is never let in,
-//! and the store never hears of it.
+//! and the store never hears of it. A person handing one proof in twice
+//! is never shadowed.
 
 mod support;
 
@@ -218,4 +219,98 @@ fn a_bot_score_needs_its_minimum_and_the_shadow_queue() {
         let err = waitroom::config::from_toml_str(&bad).unwrap_err();
         assert!(err.to_string().contains(key), "{key}: {err}");
     }
+}
+
+/// Room "shop" for one asking proof of work of 8 bits, shadowing
+/// failures, behind a trusted proxy; one visitor in, and queueing.
+async fn proof_room() -> Harness {
+    let h = Harness::start(|c| {
+        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].proof_of_work = 8;
+        c.rooms[0].failed_challenge = FailedChallenge::Shadow;
+    })
+    .await;
+    let (status, _, _) = h.page("/shop/", &[]).await;
+    assert_eq!(status, 200);
+    h.daemon
+        .gate()
+        .rooms
+        .by_id("shop")
+        .unwrap()
+        .set_queueing(true);
+    h
+}
+
+/// A solution of the challenge the room hands out now.
+async fn solution(h: &Harness) -> String {
+    let (_, _, asked) = h.page("/shop/", &[("accept", "application/json")]).await;
+    let v: serde_json::Value = serde_json::from_str(&asked).unwrap();
+    let challenge = waitroom::gate::proof::Challenge {
+        text: v["challenge"]["value"].as_str().unwrap().to_owned(),
+        bits: v["challenge"]["bits"].as_u64().unwrap() as u8,
+        expires_ms: 0,
+    };
+    waitroom::gate::proof::solve(&challenge)
+}
+
+#[tokio::test]
+async fn one_network_handing_a_proof_in_twice_gets_a_fresh_challenge_not_the_shadow() {
+    let h = proof_room().await;
+    let solved = solution(&h).await;
+    // Two tabs sharing cookies, or a double reload: at once.
+    let cookie = format!("waitroom_.proof={solved}");
+    let send = || {
+        h.bare()
+            .get(h.url("/shop/"))
+            .header("accept", "application/json")
+            .header("cookie", &cookie)
+            .send()
+    };
+    let (a, b) = tokio::join!(send(), send());
+    let mut answers = Vec::new();
+    for resp in [a.unwrap(), b.unwrap()] {
+        let ticket = support::set_cookie(&resp, "waitroom_shop");
+        let cleared = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.starts_with("waitroom_.proof=;") && v.contains("Max-Age=0"));
+        let v: serde_json::Value = resp.json().await.unwrap();
+        answers.push((
+            v["state"].as_str().unwrap().to_owned(),
+            ticket.is_some(),
+            cleared,
+        ));
+    }
+    answers.sort();
+    assert_eq!(
+        answers,
+        vec![
+            ("challenge".to_owned(), false, true),
+            ("queued".to_owned(), true, true),
+        ],
+        "one real place, one fresh challenge; the spent proof cookie expired in both"
+    );
+    assert_eq!(h.counts().await, (1, 1));
+    // Another network's copy: a replay, the shadow queue.
+    let (_, ticket, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("accept", "application/json"),
+                ("x-forwarded-for", "203.0.113.5"),
+                ("x-waitroom-proof", &solved),
+            ],
+        )
+        .await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), ticket.is_some()),
+        (Some("queued"), true)
+    );
+    assert_eq!(h.counts().await, (1, 1), "a shadow place");
+    let metrics = h.metrics().await;
+    assert!(metrics.contains(r#"outcome="shadowed"} 1"#), "{metrics}");
 }
