@@ -653,7 +653,10 @@ impl Gate {
                 visitor,
                 grant: Grant::Shadow { since_ms, position },
                 ..
-            }) => Ok(self.shadow_poll(room, visitor, since_ms, position, ctx)),
+            }) => match self.shadow_poll(room, visitor, since_ms, position, ctx) {
+                Decision::Ended => self.new_visitor(room, req, ctx).await,
+                decision => Ok(decision),
+            },
             _ => self.new_visitor(room, req, ctx).await,
         }
     }
