@@ -76,6 +76,7 @@ async fn daemon(verify: Option<SocketAddr>) -> Harness {
             script_url: format!("http://{addr}/api.js"),
             timeout: Duration::from_secs(3),
             on_error: OnVerifyError::Closed,
+            concurrency: 64,
         });
     })
     .await;

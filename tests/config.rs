@@ -355,6 +355,10 @@ const BAD: &[(&str, &str)] = &[
         "room[0].bypass_header.value_env (line 10, column 50): environment variable WAITROOM_TEST_UNSET is not set; it holds the bypass header's secret value",
     ),
     (
+        "challenge_concurrency_zero",
+        "room[0].challenge_concurrency (line 13, column 25): 0 is out of range: 1 to 10000 verifications in flight at once",
+    ),
+    (
         "proof_of_work_out_of_range",
         "room[0].proof_of_work (line 10, column 17): 40 is out of range: 0 (off) to 32 bits; 16 to 20 takes a browser a few hundred milliseconds",
     ),
@@ -484,7 +488,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `enqueue_token`, `lane`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",

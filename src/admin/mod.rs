@@ -651,6 +651,8 @@ fn fairness_json(room: &Room) -> serde_json::Value {
         "proof_refused": m.proof_refused.get(),
         "captcha_passed": m.captcha_passed.get(),
         "captcha_failed": m.captcha_failed.get(),
+        "captcha_open_passed": m.captcha_open_passed.get(),
+        "captcha_busy": m.captcha_busy.get(),
         "shadowed": m.shadowed.get(),
         "token_verified": m.token_verified.get(),
         "token_refused": m.token_refused.get(),

@@ -66,6 +66,10 @@ mod defaults {
 
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
 pub const MAX_PROOF_OF_WORK: u64 = 32;
+/// Most captcha verifications in flight at once per room and instance,
+/// and how many by default (`room.challenge_concurrency`).
+const MAX_CHALLENGE_CONCURRENCY: u64 = 10_000;
+const DEFAULT_CHALLENGE_CONCURRENCY: u64 = 64;
 /// Shortest `origin.sign_key_env` value: an HMAC key this short is guessable.
 const MIN_SIGN_KEY_LEN: usize = 32;
 
@@ -1390,6 +1394,16 @@ impl Checker<'_, '_> {
             Duration::from_secs(3),
             Duration::ZERO,
         );
+        let concurrency = match raw.concurrency.unwrap_or(DEFAULT_CHALLENGE_CONCURRENCY) {
+            n @ 1..=MAX_CHALLENGE_CONCURRENCY => n as usize,
+            n => {
+                self.fail(
+                    &p.key("challenge_concurrency"),
+                    format!("{n} is out of range: 1 to {MAX_CHALLENGE_CONCURRENCY} verifications in flight at once"),
+                );
+                1
+            }
+        };
         Some(Captcha {
             kind,
             site_key,
@@ -1398,6 +1412,7 @@ impl Checker<'_, '_> {
             script_url,
             timeout,
             on_error: raw.on_error.unwrap_or_default(),
+            concurrency,
         })
     }
 

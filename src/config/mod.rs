@@ -216,15 +216,17 @@ impl ChallengeKind {
     }
 }
 
-/// What happens to a newcomer when the captcha provider's verifier does
-/// not answer in time.
+/// What happens to a newcomer when the captcha provider's verifier gives
+/// no answer (no connection, no answer in time, a 5xx).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnVerifyError {
     /// The challenge again: nobody passes unverified.
     #[default]
     Closed,
-    /// Taken as passed: the provider's outage does not stop the sale.
+    /// Taken as passed, but only while most recent verifications got no
+    /// answer (the provider is down for everyone, not just slow for one):
+    /// the provider's outage does not stop the sale.
     Open,
 }
 
@@ -238,6 +240,9 @@ pub struct Captcha {
     pub script_url: String,
     pub timeout: Duration,
     pub on_error: OnVerifyError,
+    /// Most verifications in flight at once on this instance; a newcomer
+    /// finding them all taken is asked to send its token again shortly.
+    pub concurrency: usize,
 }
 
 /// What a visitor who fails the room's challenge gets.

@@ -220,6 +220,8 @@ pub(super) struct RawRoom {
     pub(super) challenge_timeout: Option<RawDuration>,
     /// `"closed"` or `"open"`: the verifier unreachable.
     pub(super) challenge_on_error: Option<OnVerifyError>,
+    /// Most verifications in flight at once (per instance).
+    pub(super) challenge_concurrency: Option<u64>,
     pub(super) enqueue_token: Option<RawEnqueueToken>,
     #[serde(default)]
     pub(super) lane: Vec<RawLane>,
@@ -419,6 +421,7 @@ pub(super) struct RawCaptcha {
     pub(super) script_url: Option<String>,
     pub(super) timeout: Option<RawDuration>,
     pub(super) on_error: Option<OnVerifyError>,
+    pub(super) concurrency: Option<u64>,
 }
 
 /// The captcha settings of `room`.
@@ -431,6 +434,7 @@ pub(super) fn raw_captcha(room: &mut RawRoom) -> RawCaptcha {
         script_url: room.challenge_script_url.take(),
         timeout: room.challenge_timeout.take(),
         on_error: room.challenge_on_error,
+        concurrency: room.challenge_concurrency,
     }
 }
 

@@ -203,6 +203,8 @@ enum Proof {
     Failed,
     /// The room's captcha first.
     CaptchaWanted,
+    /// Every captcha verification slot is taken: the same token again shortly.
+    CaptchaBusy,
 }
 
 /// An admitted visitor's request, on its way to the origin.
@@ -235,6 +237,9 @@ enum Decision {
     Challenge(proof::Challenge),
     /// A new visitor must first pass the room's captcha provider.
     Captcha,
+    /// A new visitor's captcha token could not be checked now: hand it in
+    /// again shortly.
+    CaptchaBusy,
     /// Turned away for its enqueue token (`missing` where one is required).
     TokenRefused {
         missing: bool,
@@ -281,7 +286,7 @@ impl Gate {
                 .rooms
                 .iter()
                 .any(|r| r.captcha.is_some())
-                .then(captcha::Verifier::new),
+                .then(|| captcha::Verifier::new(&config.rooms)),
             store: Arc::new(StoreGuard::new(
                 config,
                 store,
@@ -432,16 +437,22 @@ impl Gate {
             },
         };
 
-        // Phase 5: respond.
+        // Phase 5: respond. A proof or captcha cookie the request carried
+        // was spent (or refused): expired, unless it is to be handed in again.
+        let spent = proof::Spent::of(req.headers());
         match decision {
             Err(admitted) => {
-                let resp = self
+                let mut resp = self
                     .forward(req, &ctx, Some(&room), Some(admitted), true)
                     .await;
+                spent.expire(&mut resp);
                 self.marked(resp, Some(&room), "admitted")
             }
             Ok(shown) => {
-                let resp = self.show(Some(&room), &shown, req.headers(), ctx.now);
+                let mut resp = self.show(Some(&room), &shown, req.headers(), ctx.now);
+                if !matches!(shown, Shown::CaptchaBusy { .. }) {
+                    spent.expire(&mut resp);
+                }
                 self.marked(resp, Some(&room), shown.outcome())
             }
         }
@@ -484,6 +495,9 @@ impl Gate {
             // `ticket` turns an ended place into a new arrival.
             Decision::Ended => Shown::Unavailable,
             Decision::Captcha => Shown::Captcha,
+            Decision::CaptchaBusy => Shown::CaptchaBusy {
+                ms: millis(captcha::BUSY_RETRY),
+            },
             Decision::TokenRefused { missing } => Shown::TokenRefused { missing },
             Decision::Challenge(c) => Shown::Challenge {
                 text: c.text,
@@ -568,6 +582,7 @@ impl Gate {
                 let status = self.challenge_status(room, &challenge, now);
                 pages::challenge(room, &status, &challenge, &reply)
             }
+            Shown::CaptchaBusy { ms } => pages::captcha_busy(Duration::from_millis(*ms), &reply),
             Shown::TokenRefused { missing } => pages::token_refused(*missing, &reply),
             Shown::Captcha => {
                 let status = self.captcha_status(room, now);
@@ -648,7 +663,10 @@ impl Gate {
                 visitor,
                 grant: Grant::Shadow { since_ms, position },
                 ..
-            }) => Ok(self.shadow_poll(room, visitor, since_ms, position, ctx)),
+            }) => match self.shadow_poll(room, visitor, since_ms, position, ctx) {
+                Decision::Ended => self.new_visitor(room, req, ctx).await,
+                decision => Ok(decision),
+            },
             _ => self.new_visitor(room, req, ctx).await,
         }
     }
@@ -808,12 +826,13 @@ impl Gate {
             }
         }
         let proof = match room.config.captcha {
-            Some(_) => self.captcha_wanted(room, req, ctx).await,
+            Some(_) => self.captcha_wanted(room, req, ctx).await?,
             None => self.proof_wanted(room, req, ctx).await?,
         };
         let proven = match proof {
             Proof::Wanted(challenge) => return Ok(Decision::Challenge(challenge)),
             Proof::CaptchaWanted => return Ok(Decision::Captcha),
+            Proof::CaptchaBusy => return Ok(Decision::CaptchaBusy),
             Proof::Failed => return Ok(self.shadowed(room, ctx)),
             Proof::Proven => true,
             Proof::NotAsked => false,
@@ -871,22 +890,24 @@ impl Gate {
         let refused = match proof::presented(req).map(|s| self.proofs.check(id, s, ctx.now)) {
             None => None,
             Some(Ok(solved)) => {
-                let noted = self
-                    .store
-                    .note(room, "proofs", &[solved.nonce], solved.expires_ms, ctx.now)
-                    .await?;
-                if noted.added == 1 {
-                    return Ok(Proof::Proven);
+                match self
+                    .claim(room, "proofs", solved.nonce, solved.expires_ms, ctx)
+                    .await?
+                {
+                    proof::Claim::First => return Ok(Proof::Proven),
+                    proof::Claim::Again => Some(proof::Refusal::Again),
+                    proof::Claim::Foreign => Some(proof::Refusal::Replayed),
                 }
-                Some(proof::Refusal::Replayed)
             }
             Some(Err(why)) => Some(why),
         };
         if let Some(why) = refused {
             room.metrics.proof_refused.inc();
             tracing::debug!(room = id, client = %ctx.client, %why, "proof of work refused");
-            // A late solution is an honest one: it gets a new challenge.
-            if why != proof::Refusal::Expired && self.shadows(room) {
+            // A late solution, or one its network hands in again, is an
+            // honest one: it gets a new challenge.
+            let honest = matches!(why, proof::Refusal::Expired | proof::Refusal::Again);
+            if !honest && self.shadows(room) {
                 return Ok(Proof::Failed);
             }
         }

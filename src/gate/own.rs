@@ -101,6 +101,7 @@ impl Gate {
                     | Decision::TooManyArrivals(_)
                     | Decision::Challenge(_)
                     | Decision::Captcha
+                    | Decision::CaptchaBusy
                     | Decision::TokenRefused { .. },
                 ) => (self.status(&room, ctx.now, VisitorState::None, None), None),
                 // The store is down: tell the page to keep waiting.

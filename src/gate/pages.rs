@@ -90,6 +90,10 @@ pub enum Shown {
     },
     /// The room's captcha to pass first.
     Captcha,
+    /// The captcha's verifications all taken: the same token again in `ms`.
+    CaptchaBusy {
+        ms: u64,
+    },
     /// Turned away for its enqueue token (403).
     TokenRefused {
         missing: bool,
@@ -123,9 +127,13 @@ impl Shown {
             (Some(room), Shown::Queue { .. } | Shown::Challenge { .. } | Shown::Captcha) => {
                 room.config.queue_status_code
             }
-            (Some(_), Shown::Rejected { .. } | Shown::Unavailable | Shown::Shed) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            (
+                Some(_),
+                Shown::Rejected { .. }
+                | Shown::Unavailable
+                | Shown::Shed
+                | Shown::CaptchaBusy { .. },
+            ) => StatusCode::SERVICE_UNAVAILABLE,
             (Some(_), Shown::SlowDown { .. } | Shown::TooManyArrivals { .. }) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -140,6 +148,7 @@ impl Shown {
         match self {
             Shown::Queue { .. } => "queued",
             Shown::Challenge { .. } | Shown::Captcha => "challenge",
+            Shown::CaptchaBusy { .. } => "captcha_busy",
             Shown::TokenRefused { .. } => "token_refused",
             Shown::Rejected { .. } => "rejected",
             Shown::SlowDown { .. } => "slow_down",
@@ -217,6 +226,33 @@ pub fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body
     let mut resp = html(code, page);
     crate::respond::language(&mut resp, chosen);
     resp
+}
+
+/// 503 for a newcomer whose captcha token could not be checked now (every
+/// verification slot taken): the page reloads by itself after `wait`,
+/// handing the same token in again; apps get `{"error", "state":
+/// "challenge", "retry_after"}` and `Retry-After`.
+pub fn captcha_busy(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
+    let seconds = retry_after_secs(wait);
+    if reply.json {
+        let mut resp = json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({
+                "error": "the captcha cannot be checked right now; send the same token again shortly",
+                "state": "challenge",
+                "retry_after": seconds,
+            }),
+            None,
+        );
+        retry_after(&mut resp, seconds);
+        return resp;
+    }
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Msg::OverLimit,
+        reply.lang(),
+        seconds,
+    )
 }
 
 /// A newcomer turned away for its enqueue token: 403, the page saying

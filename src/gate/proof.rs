@@ -15,6 +15,11 @@
 //! cookie (the page's script sets it) or the `X-Waitroom-Proof` header
 //! (apps), within [`CHALLENGE_TTL_MS`]; the gate then notes its nonce in
 //! the store, so a solution is good once across all instances.
+//!
+//! The note says which network handed the solution in first ([`Claim`]):
+//! that network handing it in again (two tabs, a double reload, a retried
+//! request) gets a fresh challenge, while another network's copy is a
+//! replay (the shadow queue where the room has one).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::engine::Engine;
@@ -59,9 +64,67 @@ pub enum Refusal {
     Expired,
     #[error("not enough work")]
     TooWeak,
-    /// Good, but handed in before (the store knew its nonce).
+    /// Good, but handed in before from another network.
     #[error("replayed")]
     Replayed,
+    /// Good, and handed in before from this network (two tabs, a double
+    /// reload): an honest visitor's.
+    #[error("handed in again")]
+    Again,
+}
+
+/// Who hands in a single-use proof (a solution's nonce, a captcha token).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Nobody before: it is this request's.
+    First,
+    /// This network handed it in before.
+    Again,
+    /// Another network handed it in first.
+    Foreign,
+}
+
+impl Claim {
+    /// From what noting `[key, network_mark(key, net)]` added: both (new),
+    /// neither (this network had noted both), or only the mark (the key
+    /// was another network's). A network whose copy was refused as
+    /// foreign is `Again` on its next try: still no place.
+    pub fn of(added: u64) -> Self {
+        match added {
+            0 => Claim::Again,
+            1 => Claim::Foreign,
+            _ => Claim::First,
+        }
+    }
+}
+
+/// What marks `key` as handed in from network `net`.
+pub fn network_mark(key: u64, net: u64) -> u64 {
+    let digest = Sha256::new()
+        .chain_update(b"waitroom/claim\0")
+        .chain_update(key.to_be_bytes())
+        .chain_update(net.to_be_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+impl super::Gate {
+    /// Notes single-use `key` in the room's set `set` until `until`, with
+    /// the request's network: whose it is.
+    pub(super) async fn claim(
+        &self,
+        room: &super::Room,
+        set: &str,
+        key: u64,
+        until: Millis,
+        ctx: &super::Ctx<'_>,
+    ) -> Result<Claim, crate::store::StoreError> {
+        let members = [key, network_mark(key, ctx.net)];
+        let noted = self.store.note(room, set, &members, until, ctx.now).await?;
+        Ok(Claim::of(noted.added))
+    }
 }
 
 /// Issues and checks challenges.
@@ -189,6 +252,38 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
         .or_else(|| headers::cookie(headers, PROOF_COOKIE))
         .map(str::trim)
         .filter(|s| !s.is_empty())
+}
+
+/// The single-use cookies a request carried: the proof of work's and the
+/// captcha token's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spent {
+    proof: bool,
+    captcha: bool,
+}
+
+impl Spent {
+    pub fn of(headers: &HeaderMap) -> Self {
+        Self {
+            proof: headers::cookie(headers, PROOF_COOKIE).is_some(),
+            captcha: headers::cookie(headers, crate::queue_page::CAPTCHA_COOKIE).is_some(),
+        }
+    }
+
+    /// Expires them in `resp` (`Max-Age=0`, the path the pages' scripts
+    /// set them on), so a spent proof is not handed in again.
+    pub fn expire(self, resp: &mut http::Response<crate::body::Body>) {
+        let names = [
+            (self.proof, PROOF_COOKIE),
+            (self.captcha, crate::queue_page::CAPTCHA_COOKIE),
+        ];
+        for (_, name) in names.into_iter().filter(|(carried, _)| *carried) {
+            crate::respond::push_cookie(
+                resp.headers_mut(),
+                format!("{name}=; Path=/; Max-Age=0; SameSite=Lax"),
+            );
+        }
+    }
 }
 
 /// Finds a counter that solves `challenge` (what the page's script does;

@@ -107,9 +107,16 @@ pub struct RoomMetrics {
     /// Newcomers sent to the shadow queue (a failed challenge, a bot score
     /// below the room's minimum).
     pub shadowed: Counter,
-    /// Captcha tokens the provider took, and refused.
+    /// Captcha tokens the provider took, and refused (or gave no verdict
+    /// on, or another network handed in first).
     pub captcha_passed: Counter,
     pub captcha_failed: Counter,
+    /// Captcha tokens passed unverified: the verifier gave no answer while
+    /// it was down for most visitors and `challenge_on_error = "open"`.
+    pub captcha_open_passed: Counter,
+    /// Captcha tokens not checked because every verification slot was
+    /// taken (`challenge_concurrency`): the visitor hands it in again.
+    pub captcha_busy: Counter,
     /// Enqueue tokens verified, refused (missing where required, forged,
     /// expired, another room or address), replayed (a `jti` seen before),
     /// and arrivals of a `sub` the room had seen (folded into its place).
@@ -271,6 +278,8 @@ impl Metrics {
             shadowed: outcome("shadowed"),
             captcha_passed: outcome("captcha_passed"),
             captcha_failed: outcome("captcha_failed"),
+            captcha_open_passed: outcome("captcha_open_passed"),
+            captcha_busy: outcome("captcha_busy"),
             token_verified: outcome("token_verified"),
             token_refused: outcome("token_refused"),
             token_replayed: outcome("token_replayed"),
