@@ -39,6 +39,7 @@ async fn daemon(redis: Option<String>) -> Harness {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         room.lanes = vec![LaneConfig {
             name: "presale".into(),

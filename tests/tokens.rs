@@ -53,6 +53,7 @@ async fn daemon(required: bool, redis: Option<String>) -> Harness {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         if let Some(url) = redis {
             c.store.backend = Backend::Redis { urls: vec![url] };
@@ -190,6 +191,34 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
             ),
         ),
         (
+            "not valid before an hour from now",
+            token(
+                serde_json::json!({"sub": "u7", "room": "shop", "exp": now_s(&h) + 7200, "nbf": now_s(&h) + 3600}),
+                SECRET,
+            ),
+        ),
+        (
+            "living for ever",
+            token(
+                serde_json::json!({"sub": "u8", "room": "shop", "exp": u64::MAX}),
+                SECRET,
+            ),
+        ),
+        (
+            "living longer than a day",
+            token(
+                serde_json::json!({"sub": "u8", "room": "shop", "exp": now_s(&h) + 86_401}),
+                SECRET,
+            ),
+        ),
+        (
+            "another audience",
+            token(
+                serde_json::json!({"sub": "u9", "room": "shop", "aud": "billing", "exp": now_s(&h) + 600}),
+                SECRET,
+            ),
+        ),
+        (
             "alg none",
             format!(
                 "{}.{}.",
@@ -216,7 +245,7 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"outcome="token_refused"} 5"#),
+        metrics.contains(r#"outcome="token_refused"} 9"#),
         "{metrics}"
     );
     // The address bound in the token, from that address: good.
@@ -234,6 +263,23 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
     assert_eq!(
         (status, json(&body)["state"].as_str()),
         (200, Some("queued"))
+    );
+    // Valid from within the minute's leeway, for the room by `aud`: good.
+    let soon = token(
+        serde_json::json!({"sub": "u10", "room": "shop", "aud": ["shop", "billing"], "exp": now_s(&h) + 600, "nbf": now_s(&h) + 30}),
+        SECRET,
+    );
+    let (status, _, body) = get(
+        &h,
+        "/shop/",
+        "203.0.113.3",
+        &[JSON, ("x-waitroom-token", &soon)],
+    )
+    .await;
+    assert_eq!(
+        (status, json(&body)["state"].as_str()),
+        (200, Some("queued")),
+        "{body}"
     );
 }
 
@@ -290,6 +336,40 @@ fn the_keys_come_from_the_environment_and_a_jwks_file() {
     let t = cfg.rooms[0].enqueue_token.as_ref().unwrap();
     assert!(t.required);
     assert_eq!((t.keys.hmac.len(), t.keys.public.len()), (1, 1));
+    // Audience, issuer and lifetime: `aud` then required (the room id or
+    // the audience), `iss` required, an hour at most.
+    let cfg = load(
+        "hmac_keys_env = \"ENQUEUE_KEYS\"\naudience = [\"https://shop.example\"]\nissuer = [\"https://login.example\"]\nmax_lifetime = \"1h\"\n",
+    )
+    .unwrap();
+    let t = cfg.rooms[0].enqueue_token.as_ref().unwrap();
+    let now = 1_700_000_000;
+    let check = |claims: serde_json::Value| {
+        waitroom::enqueue::verify(&token(claims, SECRET), &t.keys, &t.rules, now)
+    };
+    let iss = "https://login.example";
+    assert!(check(serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "https://shop.example", "iss": iss})).is_ok());
+    assert!(check(
+        serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "shop", "iss": iss})
+    )
+    .is_ok());
+    use waitroom::enqueue::TokenError;
+    for (claims, why) in [
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "iss": iss}),
+            TokenError::Audience,
+        ),
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "shop"}),
+            TokenError::Issuer,
+        ),
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 3601, "aud": "shop", "iss": iss}),
+            TokenError::TooLong,
+        ),
+    ] {
+        assert_eq!(check(claims.clone()), Err(why), "{claims}");
+    }
     assert!(load("mode = \"off\"\n").unwrap().rooms[0]
         .enqueue_token
         .is_none());
@@ -301,6 +381,18 @@ fn the_keys_come_from_the_environment_and_a_jwks_file() {
         ),
         ("hmac_keys_env = \"UNSET_KEYS\"\n", "hmac_keys_env"),
         ("jwks_file = \"/nonexistent/jwks.json\"\n", "jwks_file"),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\nmax_lifetime = \"5s\"\n",
+            "max_lifetime",
+        ),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\naudience = [\"\"]\n",
+            "audience",
+        ),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\nissuer = [\"a\\u0000b\"]\n",
+            "issuer",
+        ),
     ] {
         let err = load(extra).unwrap_err();
         assert!(err.to_string().contains(key), "{key}: {err}");
