@@ -444,6 +444,45 @@ async fn scenario(proxy: Proxy, h: Harness, expect: Expect) {
             );
         }
     }
+    // A token or lane code in the link: read, then the browser is sent to
+    // the same address without it; the origin never sees it, and every
+    // other byte of the query is kept.
+    let link = "/shop/other?b=%2F+x&waitroom_token=SECRET-T&c&waitroom_code=SECRET-C";
+    let cleaned = get(&proxy.url(link), Some(&a), &[("accept", "text/html")]).await;
+    assert_eq!(cleaned.status(), 303, "{name}: {}", proxy.log());
+    assert!(!from_origin(&cleaned), "{name}");
+    assert_eq!(
+        cleaned.headers()["location"],
+        "/shop/other?b=%2F+x&c",
+        "{name}"
+    );
+    assert_eq!(
+        cleaned.headers()["referrer-policy"],
+        "no-referrer",
+        "{name}"
+    );
+    let renewed = ticket_of(&cleaned);
+    let a = renewed.unwrap_or(a);
+    let there = get(&proxy.url("/shop/other?b=%2F+x&c"), Some(&a), &[]).await;
+    assert!(from_origin(&there), "{name}");
+    let echo: serde_json::Value = there.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/other?b=%2F+x&c", "{name}");
+    // A newcomer to the full room with a code: the redirect carries its
+    // queue ticket, and the queue page is then at the clean address.
+    let newcomer = get(&proxy.url("/shop/item?waitroom_code=SECRET-C"), None, &[]).await;
+    assert_eq!(newcomer.status(), 303, "{name}");
+    assert_eq!(newcomer.headers()["location"], "/shop/item", "{name}");
+    assert!(ticket_of(&newcomer).is_some(), "{name}: the queue ticket");
+    // The queue page itself says no Referer.
+    let page = get(
+        &proxy.url("/shop/item"),
+        Some(&b),
+        &[("accept", "text/html")],
+    )
+    .await;
+    assert!(!from_origin(&page), "{name}");
+    assert_eq!(page.headers()["referrer-policy"], "no-referrer", "{name}");
+
     // The daemon's own endpoints are not reachable from outside.
     for path in [
         "/__waitroom/auth",

@@ -220,7 +220,7 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
     let h = daemon(None).await;
     let holder = Browser::new(0);
     holder.json(&h, "/shop/", &[]).await;
-    let (status, cookie, body) = h
+    let (status, cookie, _) = h
         .page(
             &format!("/shop/?waitroom_code={MEMBERS}"),
             &[
@@ -229,8 +229,20 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
             ],
         )
         .await;
+    // Read, then the page at the address without the code.
+    assert_eq!(status, 303);
+    let cookie = format!("waitroom_shop={}", cookie.expect("the queue ticket"));
+    let (status, _, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("x-forwarded-for", "203.0.113.5"),
+                ("accept-language", "de"),
+                ("cookie", &cookie),
+            ],
+        )
+        .await;
     assert_eq!(status, 200);
-    assert!(cookie.is_some());
     assert!(
         body.contains(r#"<p id="wr-lane">Vorrangige Warteschlange: presale</p>"#),
         "{body}"

@@ -303,7 +303,7 @@ async fn a_required_token_turns_away_newcomers_without_one_in_their_language() {
         &[],
     )
     .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 303, "read, then the same address without it");
     let cookie = format!("waitroom_shop={}", cookie.unwrap());
     h.clock.advance(Duration::from_secs(1));
     let (status, _, _) = get(&h, "/shop/next", "203.0.113.1", &[("cookie", &cookie)]).await;
@@ -421,4 +421,64 @@ async fn a_token_passed_round_many_networks_is_a_shared_ticket() {
     assert_eq!(json(&body)["state"], "token_refused");
     let metrics = h.metrics().await;
     assert!(metrics.contains(r#"outcome="shared"} 1"#), "{metrics}");
+}
+
+/// What a browser is answered at `path` from a trusted proxy's client
+/// `ip`, without following redirects.
+async fn browse(h: &Harness, path: &str, cookie: Option<&str>) -> reqwest::Response {
+    let mut req = h
+        .bare()
+        .get(h.url(path))
+        .header("x-forwarded-for", "203.0.113.50")
+        .header("accept", "text/html");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_token_in_the_link_is_read_then_left_out_of_every_address_the_origin_sees() {
+    let h = daemon(true, None).await;
+    let t = token(claims(&h, "u1"), SECRET);
+    // Read: the member is let in, and sent to the address without it,
+    // every other byte of the query as written.
+    let first = browse(
+        &h,
+        &format!("/shop/p?a=%2F+x&waitroom_token={t}&b&c="),
+        None,
+    )
+    .await;
+    assert_eq!(first.status(), 303);
+    assert_eq!(first.headers()["location"], "/shop/p?a=%2F+x&b&c=");
+    assert_eq!(first.headers()["referrer-policy"], "no-referrer");
+    let cookie = format!(
+        "waitroom_shop={}",
+        support::set_cookie(&first, "waitroom_shop").expect("the ticket")
+    );
+    let there = browse(&h, "/shop/p?a=%2F+x&b&c=", Some(&cookie)).await;
+    assert!(support::from_origin(&there), "{}", there.status());
+    let echo: serde_json::Value = there.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/p?a=%2F+x&b&c=");
+    // Whatever else the daemon forwards (an app's request, a bypassed
+    // path, another method) reaches the origin without them too.
+    let app = h
+        .bare()
+        .post(h.url(&format!("/shop/api?waitroom_code=C&x=1&waitroom_token={t}")))
+        .header("cookie", &cookie)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert!(support::from_origin(&app), "{}", app.status());
+    let echo: serde_json::Value = app.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/api?x=1");
+    let asset = browse(&h, &format!("/static/app.css?waitroom_token={t}"), None).await;
+    assert!(support::from_origin(&asset));
+    let echo: serde_json::Value = asset.json().await.unwrap();
+    assert_eq!(echo["uri"], "/static/app.css");
+    // A refused token's page passes no Referer on either.
+    let refused = browse(&h, "/shop/?waitroom_token=forged", None).await;
+    assert_eq!(refused.status(), 403);
+    assert_eq!(refused.headers()["referrer-policy"], "no-referrer");
 }

@@ -35,7 +35,7 @@ local named = { "x-waitroom-visitor", "x-waitroom-room", "x-waitroom-signature" 
 -- What the visitor gets with a page that is not the origin's.
 local relayed = {
     "content-type", "content-language", "cache-control", "retry-after",
-    "set-cookie", "vary",
+    "set-cookie", "vary", "location", "referrer-policy",
 }
 
 local function first(headers, name)

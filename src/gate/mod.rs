@@ -41,6 +41,7 @@ pub mod members;
 pub mod operator;
 mod own;
 pub mod pages;
+mod params;
 pub mod proof;
 pub mod rooms;
 pub mod schedule;
@@ -423,6 +424,7 @@ impl Gate {
         };
 
         // Phase 5: respond.
+        let decision = self.cleaned(&room, decision, req.method(), req.headers(), &ctx);
         match decision {
             Err(admitted) => {
                 let resp = self
@@ -559,6 +561,7 @@ impl Gate {
                 pages::challenge(room, &status, &challenge, &reply)
             }
             Shown::TokenRefused { missing } => pages::token_refused(*missing, &reply),
+            Shown::Clean { to, cookie, .. } => pages::clean(to, cookie.clone()),
             Shown::Captcha => {
                 let status = self.captcha_status(room, now);
                 pages::captcha(room, &status, &reply)
