@@ -23,6 +23,9 @@ struct Expect {
     queue_status: u16,
     /// What the proxy answers while the daemon is down.
     down_status: &'static [u16],
+    /// Whether the proxy removes every `X-Waitroom-*` name (else only those
+    /// the daemon reads or writes: nginx cannot remove by prefix).
+    clears_any_name: bool,
 }
 
 /// A proxy process started for one test; killed (by its PID) on drop.
@@ -444,6 +447,44 @@ async fn scenario(proxy: Proxy, h: Harness, expect: Expect) {
             );
         }
     }
+    // Every X-Waitroom-* header the visitor sends, in any case spelling,
+    // stops at the proxy: the origin gets only the three the decision set.
+    let mut names = vec![
+        "X-Waitroom-Page",
+        "x-waitroom-status",
+        "X-WAITROOM-COMMAND",
+        "x-Waitroom-Token",
+        "X-Waitroom-Code",
+        "x-waitroom-proof",
+        "X-Waitroom-CAPTCHA",
+        "X-WAITROOM-VISITOR",
+        "x-waitroom-Room",
+        "X-Waitroom-Signature",
+    ];
+    if expect.clears_any_name {
+        names.extend(["X-Waitroom-Admin", "x-waitroom-anything-else"]);
+    }
+    let headers: String = names.iter().map(|n| format!("{n}: forged\r\n")).collect();
+    let request = format!(
+        "GET /static/app.css HTTP/1.1\r\nHost: shop.example\r\n{headers}Connection: close\r\n\r\n"
+    );
+    let resp = raw::exchange(proxy.addr, request.as_bytes()).await;
+    assert!(resp.answered_by_origin(), "{name}: {}", resp.status);
+    let echo = resp.echo();
+    let reached: Vec<String> = echo["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("x-waitroom-"))
+        .filter(|(_, v)| v.as_array().is_some_and(|v| v.iter().any(|v| v != "")))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    assert_eq!(
+        reached,
+        ["x-waitroom-room: [\"shop\"]"],
+        "{name}: a visitor's own X-Waitroom-* headers reached the origin"
+    );
+
     // A token or lane code in the link: read, then the browser is sent to
     // the same address without it; the origin never sees it, and every
     // other byte of the query is kept.
@@ -557,6 +598,7 @@ async fn nginx_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 200,
         down_status: &[500, 502],
+        clears_any_name: false,
     };
     scenario(proxy, h, expect).await;
 }
@@ -568,6 +610,7 @@ async fn caddy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 401,
         down_status: &[502],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }
@@ -579,6 +622,7 @@ async fn haproxy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 200,
         down_status: &[503],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }
@@ -590,6 +634,7 @@ async fn envoy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 401,
         down_status: &[503],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }
