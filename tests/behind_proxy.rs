@@ -464,6 +464,12 @@ async fn scenario(proxy: Proxy, h: Harness, expect: Expect) {
     if expect.clears_any_name {
         names.extend(["X-Waitroom-Admin", "x-waitroom-anything-else"]);
     }
+    // Names some origins fold into ours (nginx drops names with `_`).
+    names.extend([
+        "X_Waitroom_Visitor",
+        "x_waitroom-signature",
+        "X-WAITROOM_COMMAND",
+    ]);
     let headers: String = names.iter().map(|n| format!("{n}: forged\r\n")).collect();
     let request = format!(
         "GET /static/app.css HTTP/1.1\r\nHost: shop.example\r\n{headers}Connection: close\r\n\r\n"
@@ -475,7 +481,7 @@ async fn scenario(proxy: Proxy, h: Harness, expect: Expect) {
         .as_object()
         .unwrap()
         .iter()
-        .filter(|(k, _)| k.starts_with("x-waitroom-"))
+        .filter(|(k, _)| k.replace('_', "-").starts_with("x-waitroom-"))
         .filter(|(_, v)| v.as_array().is_some_and(|v| v.iter().any(|v| v != "")))
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();

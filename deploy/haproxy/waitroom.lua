@@ -13,7 +13,7 @@
 --
 -- Let in: the request goes on with X-Waitroom-Visitor, -Room and
 -- -Signature set from the answer (every X-Waitroom-* header the visitor
--- sent is removed first, whatever its spelling), and a
+-- sent is removed first, whatever its case, `_` for `-` too), and a
 -- renewed ticket is kept in txn.waitroom_cookie for the response. Not let
 -- in: the daemon's page (queue, 429, 503) is the answer, with the status
 -- the daemon gives it. The daemon down or slow: 503, nothing passes.
@@ -82,9 +82,10 @@ core.register_action("waitroom", { "http-req" }, function(txn, daemon)
         return
     end
     if res.status == 200 then
-        -- HAProxy hands header names over in lower case.
+        -- HAProxy hands header names over in lower case; origins that
+        -- fold `_` into `-` read x_waitroom_* as ours too.
         for name, _ in pairs(txn.http:req_get_headers()) do
-            if string.sub(name, 1, 11) == "x-waitroom-" then
+            if string.find(name, "^x[-_]waitroom[-_]") then
                 txn.http:req_del_header(name)
             end
         end
