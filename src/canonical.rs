@@ -111,6 +111,42 @@ impl Canonical {
     pub fn match_key(&self) -> Cow<'_, str> {
         match_key(self.path())
     }
+
+    /// The target without the daemon's own query parameters
+    /// ([`OWN_PARAMS`]), every other byte as sent; `None` when it has none.
+    pub fn without_own_params(&self) -> Option<PathAndQuery> {
+        let kept = without_params(self.query()?, &OWN_PARAMS)?;
+        let text = if kept.is_empty() {
+            self.path().to_owned()
+        } else {
+            format!("{}?{kept}", self.path())
+        };
+        PathAndQuery::try_from(text).ok()
+    }
+}
+
+/// The query parameters the daemon reads and the origin never receives:
+/// an enqueue token and a lane code (`gate::members::TOKEN_PARAM`,
+/// `gate::lanes::CODE_PARAM`).
+pub const OWN_PARAMS: [&str; 2] = [
+    crate::gate::members::TOKEN_PARAM,
+    crate::gate::lanes::CODE_PARAM,
+];
+
+/// `query` without the `&`-separated pairs whose name, decoded as the gate
+/// decodes it when it reads them (`form_urlencoded`), is one of `names`:
+/// every other byte kept as written. `None` when no pair is one of them.
+pub fn without_params(query: &str, names: &[&str]) -> Option<String> {
+    let named = |pair: &str| {
+        form_urlencoded::parse(pair.as_bytes())
+            .next()
+            .is_some_and(|(k, _)| names.contains(&k.as_ref()))
+    };
+    if !query.split('&').any(named) {
+        return None;
+    }
+    let kept: Vec<&str> = query.split('&').filter(|p| !named(p)).collect();
+    Some(kept.join("&"))
 }
 
 /// `unreserved` of RFC 3986: what a percent escape may be decoded to
@@ -635,6 +671,49 @@ mod tests {
 
     fn canon(raw: &str) -> Result<String, Refusal> {
         path(raw).map(Cow::into_owned)
+    }
+
+    #[test]
+    fn own_params_go_in_every_spelling_and_the_rest_stays_as_written() {
+        let names = &OWN_PARAMS;
+        assert_eq!(without_params("a=1&b=2", names), None);
+        assert_eq!(
+            without_params("waitroom_token=t", names).as_deref(),
+            Some("")
+        );
+        for (query, kept) in [
+            ("a=%2F+x&waitroom_token=t.t.t&b&c=", "a=%2F+x&b&c="),
+            ("waitroom_code=X&a=1&waitroom_code=Y", "a=1"),
+            ("waitroom%5Ftoken=t&a=1", "a=1"),
+            ("waitroom_%74oken=t&a=1", "a=1"),
+            ("waitroom_token&a=1", "a=1"),
+            ("a=1&&waitroom_code=X&", "a=1&&"),
+        ] {
+            assert_eq!(
+                without_params(query, names).as_deref(),
+                Some(kept),
+                "{query}"
+            );
+        }
+        // Names that only look like ours stay.
+        assert_eq!(
+            without_params("waitroom_tokens=1&xwaitroom_code=2", names),
+            None
+        );
+        let req = Request::get("/shop/?waitroom_token=t&q=%C3%A9")
+            .header("host", "shop.example")
+            .body(())
+            .unwrap();
+        let c = Canonical::of(&req).unwrap();
+        assert_eq!(c.without_own_params().unwrap(), "/shop/?q=%C3%A9");
+        let req = Request::get("/shop/?waitroom_code=X")
+            .header("host", "shop.example")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            Canonical::of(&req).unwrap().without_own_params().unwrap(),
+            "/shop/"
+        );
     }
 
     #[test]

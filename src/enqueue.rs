@@ -5,22 +5,35 @@
 //! one person holds one place or session across every instance, however
 //! many browsers and addresses they come from (`Gate::token_arrival`).
 //!
-//! Verified here: the three parts, `alg` (HS256 with the room's shared
-//! keys; EdDSA (Ed25519) and RS256 with public keys from a JWKS file; never
-//! `none`, and a key only ever verifies its own algorithm, so a public key
-//! can never be used as an HMAC secret), the signature, `exp`. The caller
-//! checks `room`, `ip` and `jti`.
+//! Verified here, by the `jsonwebtoken` crate: the three parts, `alg`
+//! (HS256 with the room's shared keys; EdDSA (Ed25519) and RS256 with
+//! public keys from a JWKS file; never `none`, and a key only ever
+//! verifies its own algorithm family, so a public key can never be used as
+//! an HMAC secret), the signature, `aud` (the room id or the room's
+//! `audience`; required when `audience` is set) and `iss` (one of the
+//! room's `issuer`, when set). Then, against the daemon's clock (the crate
+//! reads the system's, which tests cannot move): `exp` in the future,
+//! `nbf` not after now plus [`NBF_LEEWAY_S`], and `exp` no further than
+//! the room's `max_lifetime` from now. The caller checks `room`, `ip` and
+//! `jti`.
 
 use std::net::IpAddr;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::engine::Engine;
-use hmac::{Hmac, Mac};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
-use sha2::Sha256;
 
 /// Longer tokens are refused unread.
 pub const MAX_TOKEN_LEN: usize = 4096;
+
+/// How far ahead of the daemon's clock the site's clock may be: a token
+/// whose `nbf` is at most this far in the future is taken.
+pub const NBF_LEEWAY_S: u64 = 60;
+
+/// `max_lifetime` when the room does not set it: a day.
+pub const DEFAULT_MAX_LIFETIME_S: u64 = 24 * 3600;
 
 /// A public key from the JWKS file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +56,56 @@ pub struct TokenKeys {
     pub public: Vec<PublicKey>,
 }
 
+/// What a room asks of a token besides a good signature: its audience,
+/// issuer and longest lifetime, as `jsonwebtoken` validations made once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// Seconds: a token whose `exp` is further than this from now is refused.
+    max_lifetime_s: u64,
+    hs256: Validation,
+    eddsa: Validation,
+    rs256: Validation,
+}
+
+impl Rules {
+    /// For room `room`: `aud`, when the token has one, is `room`; no
+    /// issuer asked; the default lifetime cap.
+    pub fn for_room(room: &str) -> Self {
+        Self::new(room, &[], &[], DEFAULT_MAX_LIFETIME_S)
+    }
+
+    /// `aud` is `room` or one of `audience` (required when `audience` is
+    /// not empty); `iss` one of `issuer` (required when not empty); `exp`
+    /// at most `max_lifetime_s` ahead.
+    pub fn new(room: &str, audience: &[String], issuer: &[String], max_lifetime_s: u64) -> Self {
+        let validation = |alg| {
+            let mut v = Validation::new(alg);
+            // Times are checked against the daemon's clock (`verify`).
+            v.validate_exp = false;
+            v.validate_nbf = false;
+            let mut required = vec!["exp"];
+            let mut aud = vec![room.to_owned()];
+            aud.extend(audience.iter().cloned());
+            v.set_audience(&aud);
+            if !audience.is_empty() {
+                required.push("aud");
+            }
+            if !issuer.is_empty() {
+                v.set_issuer(issuer);
+                required.push("iss");
+            }
+            v.set_required_spec_claims(&required);
+            v
+        };
+        Self {
+            max_lifetime_s,
+            hs256: validation(Algorithm::HS256),
+            eddsa: validation(Algorithm::EdDSA),
+            rs256: validation(Algorithm::RS256),
+        }
+    }
+}
+
 /// What a verified token says.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Claims {
@@ -50,6 +113,9 @@ pub struct Claims {
     pub room: String,
     /// Seconds since the Unix epoch.
     pub exp: u64,
+    /// Not before: seconds since the Unix epoch.
+    #[serde(default)]
+    pub nbf: Option<u64>,
     #[serde(default)]
     pub jti: Option<String>,
     #[serde(default)]
@@ -71,6 +137,14 @@ pub enum TokenError {
     Signature,
     #[error("expired")]
     Expired,
+    #[error("not valid yet (nbf)")]
+    NotYet,
+    #[error("lives longer than max_lifetime")]
+    TooLong,
+    #[error("for another audience")]
+    Audience,
+    #[error("from another issuer")]
+    Issuer,
     #[error("for another room")]
     OtherRoom,
     #[error("for another address")]
@@ -79,78 +153,110 @@ pub enum TokenError {
     Replayed,
 }
 
-#[derive(Deserialize)]
-struct Header {
-    alg: String,
-    #[serde(default)]
-    kid: Option<String>,
-}
-
-/// Verifies `token` with `keys` at `now_s` (seconds): its signature and
-/// expiry. Never panics, whatever `token` holds.
-pub fn verify(token: &str, keys: &TokenKeys, now_s: u64) -> Result<Claims, TokenError> {
-    if token.len() > MAX_TOKEN_LEN {
+/// Verifies `token` with `keys` and `rules` at `now_s` (seconds): its
+/// signature, audience, issuer and times. Never panics, whatever `token`
+/// holds.
+pub fn verify(
+    token: &str,
+    keys: &TokenKeys,
+    rules: &Rules,
+    now_s: u64,
+) -> Result<Claims, TokenError> {
+    if token.len() > MAX_TOKEN_LEN || token.bytes().filter(|&b| b == b'.').count() != 2 {
         return Err(TokenError::Malformed);
     }
-    let mut parts = token.split('.');
-    let (Some(h), Some(p), Some(s), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(TokenError::Malformed);
+    let header = jsonwebtoken::decode_header(token).map_err(|_| unread_header(token))?;
+    let kid = header.kid.as_deref();
+    let kid_fits = |k: &Option<String>| kid.is_none() || k.is_none() || k.as_deref() == kid;
+    let try_key = |key: DecodingKey, validation: &Validation| {
+        jsonwebtoken::decode::<Claims>(token, &key, validation)
+            .map(|data| data.claims)
+            .map_err(|e| refusal(e.kind()))
     };
-    let decode = |part: &str| {
-        URL_SAFE_NO_PAD
-            .decode(part)
-            .map_err(|_| TokenError::Malformed)
-    };
-    let header: Header = serde_json::from_slice(&decode(h)?).map_err(|_| TokenError::Malformed)?;
-    let signature = decode(s)?;
-    let signed = &token.as_bytes()[..h.len() + 1 + p.len()];
-    let kid_fits =
-        |kid: &Option<String>| header.kid.is_none() || kid.is_none() || *kid == header.kid;
-    let verified = match header.alg.as_str() {
-        "HS256" => keys.hmac.iter().any(|secret| {
-            Hmac::<Sha256>::new_from_slice(secret)
-                .map(|mut mac| {
-                    mac.update(signed);
-                    mac.verify_slice(&signature).is_ok()
-                })
-                .unwrap_or(false)
-        }),
-        "EdDSA" => keys.public.iter().any(|k| match k {
-            PublicKey::Ed25519 { kid, key } if kid_fits(kid) => {
-                ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key)
-                    .verify(signed, &signature)
-                    .is_ok()
+    let mut verified = Err(TokenError::Signature);
+    match header.alg {
+        Algorithm::HS256 => {
+            for secret in &keys.hmac {
+                verified = try_key(DecodingKey::from_secret(secret), &rules.hs256);
+                if verified != Err(TokenError::Signature) {
+                    break;
+                }
             }
-            _ => false,
-        }),
-        "RS256" => keys.public.iter().any(|k| match k {
-            PublicKey::Rsa { kid, n, e } if kid_fits(kid) => {
-                ring::signature::RsaPublicKeyComponents { n, e }
-                    .verify(
-                        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-                        signed,
-                        &signature,
-                    )
-                    .is_ok()
+        }
+        Algorithm::EdDSA | Algorithm::RS256 => {
+            for k in &keys.public {
+                verified = match (header.alg, k) {
+                    (Algorithm::EdDSA, PublicKey::Ed25519 { kid, key }) if kid_fits(kid) => {
+                        try_key(DecodingKey::from_ed_der(key), &rules.eddsa)
+                    }
+                    (Algorithm::RS256, PublicKey::Rsa { kid, n, e }) if kid_fits(kid) => {
+                        try_key(DecodingKey::from_rsa_raw_components(n, e), &rules.rs256)
+                    }
+                    _ => continue,
+                };
+                if verified != Err(TokenError::Signature) {
+                    break;
+                }
             }
-            _ => false,
-        }),
+        }
         _ => return Err(TokenError::Algorithm),
-    };
-    if !verified {
-        return Err(TokenError::Signature);
     }
-    // Read only once it is authentic.
-    let claims: Claims = serde_json::from_slice(&decode(p)?).map_err(|_| TokenError::Malformed)?;
+    let claims = verified?;
     if claims.sub.is_empty() || claims.sub.len() > 256 {
         return Err(TokenError::Malformed);
     }
     if claims.exp <= now_s {
         return Err(TokenError::Expired);
     }
+    if claims
+        .nbf
+        .is_some_and(|nbf| nbf > now_s.saturating_add(NBF_LEEWAY_S))
+    {
+        return Err(TokenError::NotYet);
+    }
+    if claims.exp - now_s > rules.max_lifetime_s {
+        return Err(TokenError::TooLong);
+    }
     Ok(claims)
+}
+
+/// Why a header `jsonwebtoken` cannot read was refused: an `alg` it does
+/// not know (`none` among them) is the algorithm; anything else, the form.
+fn unread_header(token: &str) -> TokenError {
+    #[derive(Deserialize)]
+    struct Named {
+        #[allow(dead_code)]
+        alg: String,
+    }
+    let header = token.split('.').next().unwrap_or_default();
+    match URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|h| serde_json::from_slice::<Named>(&h).ok())
+    {
+        Some(_) => TokenError::Algorithm,
+        None => TokenError::Malformed,
+    }
+}
+
+/// A `jsonwebtoken` refusal as ours.
+fn refusal(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::InvalidSignature
+        | ErrorKind::InvalidEcdsaKey
+        | ErrorKind::InvalidRsaKey(_)
+        | ErrorKind::InvalidKeyFormat => TokenError::Signature,
+        ErrorKind::InvalidAlgorithm
+        | ErrorKind::InvalidAlgorithmName
+        | ErrorKind::MissingAlgorithm => TokenError::Algorithm,
+        ErrorKind::InvalidAudience => TokenError::Audience,
+        ErrorKind::MissingRequiredClaim(c) if c == "aud" => TokenError::Audience,
+        ErrorKind::InvalidIssuer => TokenError::Issuer,
+        ErrorKind::MissingRequiredClaim(c) if c == "iss" => TokenError::Issuer,
+        ErrorKind::ExpiredSignature => TokenError::Expired,
+        ErrorKind::ImmatureSignature => TokenError::NotYet,
+        _ => TokenError::Malformed,
+    }
 }
 
 /// Reads a JWKS document's Ed25519 and RSA keys (others are skipped;
@@ -197,7 +303,9 @@ pub fn parse_jwks(text: &str) -> Result<Vec<PublicKey>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmac::{Hmac, Mac};
     use proptest::prelude::*;
+    use sha2::Sha256;
 
     fn hs256(secret: &[u8], header: &str, claims: &str) -> String {
         let h = URL_SAFE_NO_PAD.encode(header);
@@ -217,34 +325,138 @@ mod tests {
         }
     }
 
+    fn rules() -> Rules {
+        Rules::for_room("shop")
+    }
+
+    fn good(claims: &str, rules: &Rules, now: u64) -> Result<Claims, TokenError> {
+        verify(
+            &hs256(b"secret", r#"{"alg":"HS256"}"#, claims),
+            &keys(),
+            rules,
+            now,
+        )
+    }
+
+    #[test]
+    fn nbf_is_honoured_with_a_minute_of_leeway() {
+        let at = |nbf: u64| format!(r#"{{"sub":"u1","room":"shop","exp":2000,"nbf":{nbf}}}"#);
+        assert_eq!(good(&at(1000), &rules(), 1000).unwrap().nbf, Some(1000));
+        assert!(good(&at(1060), &rules(), 1000).is_ok(), "within the leeway");
+        assert_eq!(good(&at(1061), &rules(), 1000), Err(TokenError::NotYet));
+        assert_eq!(good(&at(1900), &rules(), 1000), Err(TokenError::NotYet));
+    }
+
+    #[test]
+    fn a_token_living_longer_than_max_lifetime_is_refused() {
+        let until = |exp: u64| format!(r#"{{"sub":"u1","room":"shop","exp":{exp}}}"#);
+        let day = DEFAULT_MAX_LIFETIME_S;
+        assert!(good(&until(1000 + day), &rules(), 1000).is_ok());
+        assert_eq!(
+            good(&until(1001 + day), &rules(), 1000),
+            Err(TokenError::TooLong)
+        );
+        assert_eq!(
+            good(&until(u64::MAX), &rules(), 1000),
+            Err(TokenError::TooLong)
+        );
+        let hour = Rules::new("shop", &[], &[], 3600);
+        assert_eq!(good(&until(4601), &hour, 1000), Err(TokenError::TooLong));
+        assert!(good(&until(4600), &hour, 1000).is_ok());
+    }
+
+    #[test]
+    fn aud_is_the_room_or_a_configured_audience_and_iss_is_checked_when_set() {
+        let with = |extra: &str| format!(r#"{{"sub":"u1","room":"shop","exp":2000{extra}}}"#);
+        // No audience set: `aud` may be absent, else it names the room.
+        assert!(good(&with(""), &rules(), 1000).is_ok());
+        assert!(good(&with(r#","aud":"shop""#), &rules(), 1000).is_ok());
+        // A list names every recipient: the room among them is enough.
+        assert!(good(&with(r#","aud":["billing","shop"]"#), &rules(), 1000).is_ok());
+        for aud in [
+            r#","aud":"billing""#,
+            r#","aud":["billing","vip"]"#,
+            r#","aud":"""#,
+        ] {
+            assert_eq!(
+                good(&with(aud), &rules(), 1000),
+                Err(TokenError::Audience),
+                "{aud}"
+            );
+        }
+        // An audience set: `aud` is required, the room or that audience.
+        let site = Rules::new("shop", &["https://shop.example".into()], &[], 3600);
+        assert_eq!(good(&with(""), &site, 1000), Err(TokenError::Audience));
+        assert!(good(&with(r#","aud":"https://shop.example""#), &site, 1000).is_ok());
+        assert!(good(&with(r#","aud":"shop""#), &site, 1000).is_ok());
+        assert_eq!(
+            good(&with(r#","aud":"vip""#), &site, 1000),
+            Err(TokenError::Audience)
+        );
+        // An issuer set: `iss` is required and must be it.
+        let issued = Rules::new("shop", &[], &["https://login.example".into()], 3600);
+        assert!(good(&with(r#","iss":"https://login.example""#), &issued, 1000).is_ok());
+        assert_eq!(good(&with(""), &issued, 1000), Err(TokenError::Issuer));
+        assert_eq!(
+            good(&with(r#","iss":"https://evil.example""#), &issued, 1000),
+            Err(TokenError::Issuer)
+        );
+        // Without an issuer set, any `iss` is taken.
+        assert!(good(&with(r#","iss":"anyone""#), &rules(), 1000).is_ok());
+    }
+
+    #[test]
+    fn an_oversized_token_is_refused_unread() {
+        let big = format!(
+            r#"{{"sub":"u1","room":"shop","exp":2000,"x":"{}"}}"#,
+            "a".repeat(4096)
+        );
+        assert_eq!(good(&big, &rules(), 1000), Err(TokenError::Malformed));
+    }
+
     #[test]
     fn a_good_token_verifies_and_a_bad_one_says_why() {
         let t = hs256(b"secret", r#"{"alg":"HS256"}"#, CLAIMS);
-        let c = verify(&t, &keys(), 1000).unwrap();
+        let c = verify(&t, &keys(), &rules(), 1000).unwrap();
         assert_eq!(
             (c.sub.as_str(), c.room.as_str(), c.exp),
             ("u1", "shop", 2000)
         );
-        assert_eq!(verify(&t, &keys(), 2000), Err(TokenError::Expired));
+        assert_eq!(
+            verify(&t, &keys(), &rules(), 2000),
+            Err(TokenError::Expired)
+        );
         let other = hs256(b"other", r#"{"alg":"HS256"}"#, CLAIMS);
-        assert_eq!(verify(&other, &keys(), 1000), Err(TokenError::Signature));
+        assert_eq!(
+            verify(&other, &keys(), &rules(), 1000),
+            Err(TokenError::Signature)
+        );
         let none = format!(
             "{}.{}.",
             URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
             URL_SAFE_NO_PAD.encode(CLAIMS)
         );
-        assert_eq!(verify(&none, &keys(), 1000), Err(TokenError::Algorithm));
+        assert_eq!(
+            verify(&none, &keys(), &rules(), 1000),
+            Err(TokenError::Algorithm)
+        );
         let none_upper = none.replacen(
             &URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
             &URL_SAFE_NO_PAD.encode(r#"{"alg":"NONE"}"#),
             1,
         );
         assert_eq!(
-            verify(&none_upper, &keys(), 1000),
+            verify(&none_upper, &keys(), &rules(), 1000),
             Err(TokenError::Algorithm)
         );
-        assert_eq!(verify("a.b", &keys(), 1000), Err(TokenError::Malformed));
-        assert_eq!(verify("a.b.c.d", &keys(), 1000), Err(TokenError::Malformed));
+        assert_eq!(
+            verify("a.b", &keys(), &rules(), 1000),
+            Err(TokenError::Malformed)
+        );
+        assert_eq!(
+            verify("a.b.c.d", &keys(), &rules(), 1000),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
@@ -267,11 +479,14 @@ mod tests {
             ],
         };
         let forged = hs256(&public, r#"{"alg":"HS256"}"#, CLAIMS);
-        assert_eq!(verify(&forged, &keys, 1000), Err(TokenError::Signature));
+        assert_eq!(
+            verify(&forged, &keys, &rules(), 1000),
+            Err(TokenError::Signature)
+        );
         // And an EdDSA header over an HMAC: no Ed25519 key takes it.
         let forged = hs256(b"secret", r#"{"alg":"EdDSA"}"#, CLAIMS);
         assert_eq!(
-            verify(&forged, &self::keys(), 1000),
+            verify(&forged, &self::keys(), &rules(), 1000),
             Err(TokenError::Signature)
         );
     }
@@ -294,13 +509,16 @@ mod tests {
         let p = URL_SAFE_NO_PAD.encode(CLAIMS);
         let s = URL_SAFE_NO_PAD.encode(pair.sign(format!("{h}.{p}").as_bytes()).as_ref());
         let token = format!("{h}.{p}.{s}");
-        assert_eq!(verify(&token, &keys, 1000).unwrap().sub, "u1");
+        assert_eq!(verify(&token, &keys, &rules(), 1000).unwrap().sub, "u1");
         let other_kid = token.replacen(
             &h,
             &URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k2"}"#),
             1,
         );
-        assert_eq!(verify(&other_kid, &keys, 1000), Err(TokenError::Signature));
+        assert_eq!(
+            verify(&other_kid, &keys, &rules(), 1000),
+            Err(TokenError::Signature)
+        );
         assert!(parse_jwks(r#"{"keys":[{"kty":"EC"}]}"#).is_err());
         assert!(parse_jwks(r#"{"keys":[]}"#).is_err());
     }
@@ -308,7 +526,7 @@ mod tests {
     proptest! {
         #[test]
         fn verify_never_panics(token in ".{0,600}") {
-            let _ = verify(&token, &keys(), 1000);
+            let _ = verify(&token, &keys(), &rules(), 1000);
         }
 
         #[test]
@@ -318,14 +536,14 @@ mod tests {
             s in proptest::collection::vec(any::<u8>(), 0..80),
         ) {
             let t = format!("{}.{}.{}", URL_SAFE_NO_PAD.encode(h), URL_SAFE_NO_PAD.encode(p), URL_SAFE_NO_PAD.encode(s));
-            prop_assert!(verify(&t, &keys(), 1000).is_err());
+            prop_assert!(verify(&t, &keys(), &rules(), 1000).is_err());
         }
 
         #[test]
         fn no_alg_but_the_three_is_taken(alg in "[A-Za-z0-9]{0,8}") {
             prop_assume!(!["HS256", "EdDSA", "RS256"].contains(&alg.as_str()));
             let t = hs256(b"secret", &format!(r#"{{"alg":"{alg}"}}"#), CLAIMS);
-            prop_assert_eq!(verify(&t, &keys(), 1000), Err(TokenError::Algorithm));
+            prop_assert_eq!(verify(&t, &keys(), &rules(), 1000), Err(TokenError::Algorithm));
         }
     }
 }

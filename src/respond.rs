@@ -1,6 +1,6 @@
 //! Building the daemon's own responses: HTML pages, JSON, plain text, the
 //! message page, and the headers they share (`Cache-Control: no-store`,
-//! `Retry-After`, `Set-Cookie`, `Content-Language`, `Vary`). Used by the
+//! `Referrer-Policy: no-referrer` on pages, `Retry-After`, `Set-Cookie`, `Content-Language`, `Vary`). Used by the
 //! gate and the admin listener; no response body ever carries an internal
 //! error.
 
@@ -20,6 +20,12 @@ pub fn html(status: StatusCode, page: String) -> Response<Body> {
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // A page's address may hold a token or a lane code: its links and
+    // resources never pass it on.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     resp
 }
 

@@ -23,6 +23,9 @@ struct Expect {
     queue_status: u16,
     /// What the proxy answers while the daemon is down.
     down_status: &'static [u16],
+    /// Whether the proxy removes every `X-Waitroom-*` name (else only those
+    /// the daemon reads or writes: nginx cannot remove by prefix).
+    clears_any_name: bool,
 }
 
 /// A proxy process started for one test; killed (by its PID) on drop.
@@ -444,6 +447,89 @@ async fn scenario(proxy: Proxy, h: Harness, expect: Expect) {
             );
         }
     }
+    // Every X-Waitroom-* header the visitor sends, in any case spelling,
+    // stops at the proxy: the origin gets only the three the decision set.
+    let mut names = vec![
+        "X-Waitroom-Page",
+        "x-waitroom-status",
+        "X-WAITROOM-COMMAND",
+        "x-Waitroom-Token",
+        "X-Waitroom-Code",
+        "x-waitroom-proof",
+        "X-Waitroom-CAPTCHA",
+        "X-WAITROOM-VISITOR",
+        "x-waitroom-Room",
+        "X-Waitroom-Signature",
+    ];
+    if expect.clears_any_name {
+        names.extend(["X-Waitroom-Admin", "x-waitroom-anything-else"]);
+    }
+    // Names some origins fold into ours (nginx drops names with `_`).
+    names.extend([
+        "X_Waitroom_Visitor",
+        "x_waitroom-signature",
+        "X-WAITROOM_COMMAND",
+    ]);
+    let headers: String = names.iter().map(|n| format!("{n}: forged\r\n")).collect();
+    let request = format!(
+        "GET /static/app.css HTTP/1.1\r\nHost: shop.example\r\n{headers}Connection: close\r\n\r\n"
+    );
+    let resp = raw::exchange(proxy.addr, request.as_bytes()).await;
+    assert!(resp.answered_by_origin(), "{name}: {}", resp.status);
+    let echo = resp.echo();
+    let reached: Vec<String> = echo["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.replace('_', "-").starts_with("x-waitroom-"))
+        .filter(|(_, v)| v.as_array().is_some_and(|v| v.iter().any(|v| v != "")))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    assert_eq!(
+        reached,
+        ["x-waitroom-room: [\"shop\"]"],
+        "{name}: a visitor's own X-Waitroom-* headers reached the origin"
+    );
+
+    // A token or lane code in the link: read, then the browser is sent to
+    // the same address without it; the origin never sees it, and every
+    // other byte of the query is kept.
+    let link = "/shop/other?b=%2F+x&waitroom_token=SECRET-T&c&waitroom_code=SECRET-C";
+    let cleaned = get(&proxy.url(link), Some(&a), &[("accept", "text/html")]).await;
+    assert_eq!(cleaned.status(), 303, "{name}: {}", proxy.log());
+    assert!(!from_origin(&cleaned), "{name}");
+    assert_eq!(
+        cleaned.headers()["location"],
+        "/shop/other?b=%2F+x&c",
+        "{name}"
+    );
+    assert_eq!(
+        cleaned.headers()["referrer-policy"],
+        "no-referrer",
+        "{name}"
+    );
+    let renewed = ticket_of(&cleaned);
+    let a = renewed.unwrap_or(a);
+    let there = get(&proxy.url("/shop/other?b=%2F+x&c"), Some(&a), &[]).await;
+    assert!(from_origin(&there), "{name}");
+    let echo: serde_json::Value = there.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/other?b=%2F+x&c", "{name}");
+    // A newcomer to the full room with a code: the redirect carries its
+    // queue ticket, and the queue page is then at the clean address.
+    let newcomer = get(&proxy.url("/shop/item?waitroom_code=SECRET-C"), None, &[]).await;
+    assert_eq!(newcomer.status(), 303, "{name}");
+    assert_eq!(newcomer.headers()["location"], "/shop/item", "{name}");
+    assert!(ticket_of(&newcomer).is_some(), "{name}: the queue ticket");
+    // The queue page itself says no Referer.
+    let page = get(
+        &proxy.url("/shop/item"),
+        Some(&b),
+        &[("accept", "text/html")],
+    )
+    .await;
+    assert!(!from_origin(&page), "{name}");
+    assert_eq!(page.headers()["referrer-policy"], "no-referrer", "{name}");
+
     // The daemon's own endpoints are not reachable from outside.
     for path in [
         "/__waitroom/auth",
@@ -518,6 +604,7 @@ async fn nginx_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 200,
         down_status: &[500, 502],
+        clears_any_name: false,
     };
     scenario(proxy, h, expect).await;
 }
@@ -529,6 +616,7 @@ async fn caddy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 401,
         down_status: &[502],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }
@@ -540,6 +628,7 @@ async fn haproxy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 200,
         down_status: &[503],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }
@@ -551,6 +640,7 @@ async fn envoy_with_the_shipped_configuration() {
     let expect = Expect {
         queue_status: 401,
         down_status: &[503],
+        clears_any_name: true,
     };
     scenario(proxy, h, expect).await;
 }

@@ -22,12 +22,13 @@ fn key_a() -> [u8; 32] {
     std::array::from_fn(|i| i as u8)
 }
 
-/// The environment the fixtures are checked against: a valid key ring and
-/// one bypass secret, nothing else.
+/// The environment the fixtures are checked against: a valid key ring,
+/// one bypass secret and one enqueue-token secret, nothing else.
 fn fixture_env(name: &str) -> Option<String> {
     match name {
         "WAITROOM_COOKIE_KEYS" => Some(KEY_A.to_owned()),
         "BYPASS_SECRET" => Some("s3cret".to_owned()),
+        "ENQUEUE_KEYS" => Some(KEY_A.to_owned()),
         _ => None,
     }
 }
@@ -565,6 +566,14 @@ const BAD: &[(&str, &str)] = &[
     (
         "region_global_is_store",
         "region.global_url (line 8, column 14): is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
+    ),
+    (
+        "enqueue_token_empty_audience",
+        "room[0].enqueue_token.audience (line 12, column 12): \"\" is not a valid audience: 1 to 256 characters, no control characters",
+    ),
+    (
+        "enqueue_token_short_max_lifetime",
+        "room[0].enqueue_token.max_lifetime (line 12, column 16): must be at least 1m, got \"10s\"",
     ),
     (
         "zero_max_streams_per_ip",

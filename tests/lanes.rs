@@ -39,6 +39,7 @@ async fn daemon(redis: Option<String>) -> Harness {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         room.lanes = vec![LaneConfig {
             name: "presale".into(),
@@ -219,7 +220,7 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
     let h = daemon(None).await;
     let holder = Browser::new(0);
     holder.json(&h, "/shop/", &[]).await;
-    let (status, cookie, body) = h
+    let (status, cookie, _) = h
         .page(
             &format!("/shop/?waitroom_code={MEMBERS}"),
             &[
@@ -228,8 +229,20 @@ async fn the_page_says_the_lane_and_a_token_claim_enters_it() {
             ],
         )
         .await;
+    // Read, then the page at the address without the code.
+    assert_eq!(status, 303);
+    let cookie = format!("waitroom_shop={}", cookie.expect("the queue ticket"));
+    let (status, _, body) = h
+        .page(
+            "/shop/",
+            &[
+                ("x-forwarded-for", "203.0.113.5"),
+                ("accept-language", "de"),
+                ("cookie", &cookie),
+            ],
+        )
+        .await;
     assert_eq!(status, 200);
-    assert!(cookie.is_some());
     assert!(
         body.contains(r#"<p id="wr-lane">Vorrangige Warteschlange: presale</p>"#),
         "{body}"
@@ -350,6 +363,7 @@ async fn a_code_and_a_jti_are_given_back_when_the_arrival_gets_no_place() {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         room.lanes = vec![LaneConfig {
             name: "presale".into(),
@@ -422,7 +436,10 @@ async fn an_address_guessing_codes_is_stopped_and_learns_nothing() {
     let v = guesser(105)
         .json(&h, "/shop/?waitroom_code=GUESS-0006", &[])
         .await;
-    assert!(v["retry_after"].as_u64().is_some_and(|s| s <= 10), "429: {v}");
+    assert!(
+        v["retry_after"].as_u64().is_some_and(|s| s <= 10),
+        "429: {v}"
+    );
     for spelling in [
         format!("/shop/?waitroom_code={MEMBERS}"),
         format!("/shop/?waitroom_code={ONCE}"),

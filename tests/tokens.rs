@@ -53,6 +53,7 @@ async fn daemon(required: bool, redis: Option<String>) -> Harness {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         if let Some(url) = redis {
             c.store.backend = Backend::Redis { urls: vec![url] };
@@ -204,6 +205,34 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
             ),
         ),
         (
+            "not valid before an hour from now",
+            token(
+                serde_json::json!({"sub": "u7", "room": "shop", "exp": now_s(&h) + 7200, "nbf": now_s(&h) + 3600}),
+                SECRET,
+            ),
+        ),
+        (
+            "living for ever",
+            token(
+                serde_json::json!({"sub": "u8", "room": "shop", "exp": u64::MAX}),
+                SECRET,
+            ),
+        ),
+        (
+            "living longer than a day",
+            token(
+                serde_json::json!({"sub": "u8", "room": "shop", "exp": now_s(&h) + 86_401}),
+                SECRET,
+            ),
+        ),
+        (
+            "another audience",
+            token(
+                serde_json::json!({"sub": "u9", "room": "shop", "aud": "billing", "exp": now_s(&h) + 600}),
+                SECRET,
+            ),
+        ),
+        (
             "alg none",
             format!(
                 "{}.{}.",
@@ -230,7 +259,7 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"outcome="token_refused"} 5"#),
+        metrics.contains(r#"outcome="token_refused"} 9"#),
         "{metrics}"
     );
     // The address bound in the token, from that address: good.
@@ -248,6 +277,23 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
     assert_eq!(
         (status, json(&body)["state"].as_str()),
         (200, Some("queued"))
+    );
+    // Valid from within the minute's leeway, for the room by `aud`: good.
+    let soon = token(
+        serde_json::json!({"sub": "u10", "room": "shop", "aud": ["shop", "billing"], "exp": now_s(&h) + 600, "nbf": now_s(&h) + 30}),
+        SECRET,
+    );
+    let (status, _, body) = get(
+        &h,
+        "/shop/",
+        "203.0.113.3",
+        &[JSON, ("x-waitroom-token", &soon)],
+    )
+    .await;
+    assert_eq!(
+        (status, json(&body)["state"].as_str()),
+        (200, Some("queued")),
+        "{body}"
     );
 }
 
@@ -271,7 +317,7 @@ async fn a_required_token_turns_away_newcomers_without_one_in_their_language() {
         &[],
     )
     .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 303, "read, then the same address without it");
     let cookie = format!("waitroom_shop={}", cookie.unwrap());
     h.clock.advance(Duration::from_secs(1));
     let (status, _, _) = get(&h, "/shop/next", "203.0.113.1", &[("cookie", &cookie)]).await;
@@ -304,6 +350,40 @@ fn the_keys_come_from_the_environment_and_a_jwks_file() {
     let t = cfg.rooms[0].enqueue_token.as_ref().unwrap();
     assert!(t.required);
     assert_eq!((t.keys.hmac.len(), t.keys.public.len()), (1, 1));
+    // Audience, issuer and lifetime: `aud` then required (the room id or
+    // the audience), `iss` required, an hour at most.
+    let cfg = load(
+        "hmac_keys_env = \"ENQUEUE_KEYS\"\naudience = [\"https://shop.example\"]\nissuer = [\"https://login.example\"]\nmax_lifetime = \"1h\"\n",
+    )
+    .unwrap();
+    let t = cfg.rooms[0].enqueue_token.as_ref().unwrap();
+    let now = 1_700_000_000;
+    let check = |claims: serde_json::Value| {
+        waitroom::enqueue::verify(&token(claims, SECRET), &t.keys, &t.rules, now)
+    };
+    let iss = "https://login.example";
+    assert!(check(serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "https://shop.example", "iss": iss})).is_ok());
+    assert!(check(
+        serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "shop", "iss": iss})
+    )
+    .is_ok());
+    use waitroom::enqueue::TokenError;
+    for (claims, why) in [
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "iss": iss}),
+            TokenError::Audience,
+        ),
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 60, "aud": "shop"}),
+            TokenError::Issuer,
+        ),
+        (
+            serde_json::json!({"sub": "a", "room": "shop", "exp": now + 3601, "aud": "shop", "iss": iss}),
+            TokenError::TooLong,
+        ),
+    ] {
+        assert_eq!(check(claims.clone()), Err(why), "{claims}");
+    }
     assert!(load("mode = \"off\"\n").unwrap().rooms[0]
         .enqueue_token
         .is_none());
@@ -315,6 +395,18 @@ fn the_keys_come_from_the_environment_and_a_jwks_file() {
         ),
         ("hmac_keys_env = \"UNSET_KEYS\"\n", "hmac_keys_env"),
         ("jwks_file = \"/nonexistent/jwks.json\"\n", "jwks_file"),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\nmax_lifetime = \"5s\"\n",
+            "max_lifetime",
+        ),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\naudience = [\"\"]\n",
+            "audience",
+        ),
+        (
+            "hmac_keys_env = \"ENQUEUE_KEYS\"\nissuer = [\"a\\u0000b\"]\n",
+            "issuer",
+        ),
     ] {
         let err = load(extra).unwrap_err();
         assert!(err.to_string().contains(key), "{key}: {err}");
@@ -345,4 +437,64 @@ async fn a_token_passed_round_many_networks_is_a_shared_ticket() {
     assert_eq!(json(&body)["state"], "token_refused");
     let metrics = h.metrics().await;
     assert!(metrics.contains(r#"outcome="shared"} 1"#), "{metrics}");
+}
+
+/// What a browser is answered at `path` from a trusted proxy's client
+/// `ip`, without following redirects.
+async fn browse(h: &Harness, path: &str, cookie: Option<&str>) -> reqwest::Response {
+    let mut req = h
+        .bare()
+        .get(h.url(path))
+        .header("x-forwarded-for", "203.0.113.50")
+        .header("accept", "text/html");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_token_in_the_link_is_read_then_left_out_of_every_address_the_origin_sees() {
+    let h = daemon(true, None).await;
+    let t = token(claims(&h, "u1"), SECRET);
+    // Read: the member is let in, and sent to the address without it,
+    // every other byte of the query as written.
+    let first = browse(
+        &h,
+        &format!("/shop/p?a=%2F+x&waitroom_token={t}&b&c="),
+        None,
+    )
+    .await;
+    assert_eq!(first.status(), 303);
+    assert_eq!(first.headers()["location"], "/shop/p?a=%2F+x&b&c=");
+    assert_eq!(first.headers()["referrer-policy"], "no-referrer");
+    let cookie = format!(
+        "waitroom_shop={}",
+        support::set_cookie(&first, "waitroom_shop").expect("the ticket")
+    );
+    let there = browse(&h, "/shop/p?a=%2F+x&b&c=", Some(&cookie)).await;
+    assert!(support::from_origin(&there), "{}", there.status());
+    let echo: serde_json::Value = there.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/p?a=%2F+x&b&c=");
+    // Whatever else the daemon forwards (an app's request, a bypassed
+    // path, another method) reaches the origin without them too.
+    let app = h
+        .bare()
+        .post(h.url(&format!("/shop/api?waitroom_code=C&x=1&waitroom_token={t}")))
+        .header("cookie", &cookie)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert!(support::from_origin(&app), "{}", app.status());
+    let echo: serde_json::Value = app.json().await.unwrap();
+    assert_eq!(echo["uri"], "/shop/api?x=1");
+    let asset = browse(&h, &format!("/static/app.css?waitroom_token={t}"), None).await;
+    assert!(support::from_origin(&asset));
+    let echo: serde_json::Value = asset.json().await.unwrap();
+    assert_eq!(echo["uri"], "/static/app.css");
+    // A refused token's page passes no Referer on either.
+    let refused = browse(&h, "/shop/?waitroom_token=forged", None).await;
+    assert_eq!(refused.status(), 403);
+    assert_eq!(refused.headers()["referrer-policy"], "no-referrer");
 }

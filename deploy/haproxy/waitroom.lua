@@ -12,7 +12,8 @@
 -- docs/behind-a-proxy.md.
 --
 -- Let in: the request goes on with X-Waitroom-Visitor, -Room and
--- -Signature set from the answer (a visitor's own are removed), and a
+-- -Signature set from the answer (every X-Waitroom-* header the visitor
+-- sent is removed first, whatever its case, `_` for `-` too), and a
 -- renewed ticket is kept in txn.waitroom_cookie for the response. Not let
 -- in: the daemon's page (queue, 429, 503) is the answer, with the status
 -- the daemon gives it. The daemon down or slow: 503, nothing passes.
@@ -35,7 +36,7 @@ local named = { "x-waitroom-visitor", "x-waitroom-room", "x-waitroom-signature" 
 -- What the visitor gets with a page that is not the origin's.
 local relayed = {
     "content-type", "content-language", "cache-control", "retry-after",
-    "set-cookie", "vary",
+    "set-cookie", "vary", "location", "referrer-policy",
 }
 
 local function first(headers, name)
@@ -81,8 +82,14 @@ core.register_action("waitroom", { "http-req" }, function(txn, daemon)
         return
     end
     if res.status == 200 then
+        -- HAProxy hands header names over in lower case; origins that
+        -- fold `_` into `-` read x_waitroom_* as ours too.
+        for name, _ in pairs(txn.http:req_get_headers()) do
+            if string.find(name, "^x[-_]waitroom[-_]") then
+                txn.http:req_del_header(name)
+            end
+        end
         for _, name in ipairs(named) do
-            txn.http:req_del_header(name)
             local value = first(res.headers, name)
             if value ~= nil and value ~= "" then
                 txn.http:req_set_header(name, value)

@@ -931,7 +931,7 @@ impl Checker<'_, '_> {
         let enqueue_token = raw
             .enqueue_token
             .take()
-            .and_then(|t| self.enqueue_token(&p.key("enqueue_token"), t));
+            .and_then(|t| self.enqueue_token(&p.key("enqueue_token"), &raw.id, t));
         let lanes = self.lanes(p, std::mem::take(&mut raw.lane), enqueue_token.is_some());
         let name = raw.name.unwrap_or_else(|| raw.id.clone());
         if name.trim().is_empty()
@@ -1270,7 +1270,12 @@ impl Checker<'_, '_> {
     }
 
     /// `[room.enqueue_token]`: its mode and keys (at least one key).
-    fn enqueue_token(&mut self, p: &KeyPath, raw: RawEnqueueToken) -> Option<EnqueueToken> {
+    fn enqueue_token(
+        &mut self,
+        p: &KeyPath,
+        room: &str,
+        raw: RawEnqueueToken,
+    ) -> Option<EnqueueToken> {
         let required = match raw.mode.as_deref().unwrap_or("optional") {
             "off" => return None,
             "optional" => false,
@@ -1316,11 +1321,36 @@ impl Checker<'_, '_> {
                 Err(e) => self.fail(&path, format!("cannot read {file}: {e}")),
             }
         }
+        for (key, values) in [("audience", &raw.audience), ("issuer", &raw.issuer)] {
+            if let Some(bad) = values
+                .iter()
+                .find(|v| v.is_empty() || v.len() > 256 || v.chars().any(char::is_control))
+            {
+                self.fail(
+                    &p.key(key),
+                    format!(
+                        "{bad:?} is not a valid {key}: 1 to 256 characters, no control characters"
+                    ),
+                );
+            }
+        }
+        let max_lifetime = self.duration(
+            &p.key("max_lifetime"),
+            raw.max_lifetime,
+            Duration::from_secs(crate::enqueue::DEFAULT_MAX_LIFETIME_S),
+            Duration::from_secs(60),
+        );
         if keys.hmac.is_empty() && keys.public.is_empty() {
             self.fail(p, "no keys: give hmac_keys_env, jwks_file or both");
             return None;
         }
-        Some(EnqueueToken { required, keys })
+        let rules =
+            crate::enqueue::Rules::new(room, &raw.audience, &raw.issuer, max_lifetime.as_secs());
+        Some(EnqueueToken {
+            required,
+            keys,
+            rules,
+        })
     }
 
     /// `room.challenge` with a captcha provider, and its settings.

@@ -146,6 +146,9 @@ pub struct EnqueueToken {
     /// `required`: no place without a valid token; else `optional`.
     pub required: bool,
     pub keys: crate::enqueue::TokenKeys,
+    /// `audience`, `issuer` and `max_lifetime`, with the room id as an
+    /// audience.
+    pub rules: crate::enqueue::Rules,
 }
 
 /// `[[room.lane]]`: a priority lane. Its visitors wait in a line of their

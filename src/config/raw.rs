@@ -257,6 +257,14 @@ pub(super) struct RawEnqueueToken {
     pub(super) hmac_keys_env: Option<String>,
     /// A JWKS file with Ed25519 (EdDSA) and RSA (RS256) public keys.
     pub(super) jwks_file: Option<String>,
+    /// `aud` values taken besides the room id; when given, `aud` is required.
+    #[serde(default)]
+    pub(super) audience: Vec<String>,
+    /// `iss` values taken; when given, `iss` is required.
+    #[serde(default)]
+    pub(super) issuer: Vec<String>,
+    /// The longest a token may still live (`exp` minus now).
+    pub(super) max_lifetime: Option<RawDuration>,
 }
 
 #[derive(Deserialize)]

@@ -153,6 +153,7 @@ impl Gate {
                 Some(shown) => Ok(shown),
             },
         };
+        let decision = self.cleaned(&room, decision, original.method(), headers, &ctx);
         match decision {
             Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now, "admitted"),
             Ok(shown) => self.deny(Some(&room), shown, headers, form, ctx.now),

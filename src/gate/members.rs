@@ -102,15 +102,16 @@ impl Gate {
             }
             return Ok(Entry::Anyone);
         };
-        let checked = enqueue::verify(&token, &rule.keys, ctx.now / 1000).and_then(|c| {
-            if c.room != room.config.id {
-                Err(TokenError::OtherRoom)
-            } else if c.ip.is_some_and(|ip| ip != ctx.client) {
-                Err(TokenError::OtherAddress)
-            } else {
-                Ok(c)
-            }
-        });
+        let checked =
+            enqueue::verify(&token, &rule.keys, &rule.rules, ctx.now / 1000).and_then(|c| {
+                if c.room != room.config.id {
+                    Err(TokenError::OtherRoom)
+                } else if c.ip.is_some_and(|ip| ip != ctx.client) {
+                    Err(TokenError::OtherAddress)
+                } else {
+                    Ok(c)
+                }
+            });
         let claims = match checked {
             Ok(c) => c,
             Err(why) => {

@@ -41,6 +41,7 @@ pub mod members;
 pub mod operator;
 mod own;
 pub mod pages;
+mod params;
 pub mod proof;
 pub mod rooms;
 pub mod schedule;
@@ -440,6 +441,7 @@ impl Gate {
         // Phase 5: respond. A proof or captcha cookie the request carried
         // was spent (or refused): expired, unless it is to be handed in again.
         let spent = proof::Spent::of(req.headers());
+        let decision = self.cleaned(&room, decision, req.method(), req.headers(), &ctx);
         match decision {
             Err(admitted) => {
                 let mut resp = self
@@ -584,6 +586,7 @@ impl Gate {
             }
             Shown::CaptchaBusy { ms } => pages::captcha_busy(Duration::from_millis(*ms), &reply),
             Shown::TokenRefused { missing } => pages::token_refused(*missing, &reply),
+            Shown::Clean { to, cookie, .. } => pages::clean(to, cookie.clone()),
             Shown::Captcha => {
                 let status = self.captcha_status(room, now);
                 pages::captcha(room, &status, &reply)

@@ -113,6 +113,15 @@ pub enum Shown {
     Unavailable,
     /// This instance is too far behind to decide in time (the same page).
     Shed,
+    /// The same request again without the daemon's own query parameters
+    /// (`to`), once they are read, with the ticket cookie when there is
+    /// one to set: 303, or 307 (`keep_method`) for a method a browser
+    /// must repeat as it was.
+    Clean {
+        to: String,
+        cookie: Option<String>,
+        keep_method: bool,
+    },
     /// A request that cannot be made canonical (400); `host` when it was the host.
     Refused {
         host: bool,
@@ -137,6 +146,10 @@ impl Shown {
             (Some(_), Shown::SlowDown { .. } | Shown::TooManyArrivals { .. }) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
+            (_, Shown::Clean { keep_method, .. }) => match keep_method {
+                true => StatusCode::TEMPORARY_REDIRECT,
+                false => StatusCode::SEE_OTHER,
+            },
             (_, Shown::TokenRefused { .. }) => StatusCode::FORBIDDEN,
             (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
             _ => StatusCode::NOT_FOUND,
@@ -147,6 +160,7 @@ impl Shown {
     pub fn outcome(&self) -> &'static str {
         match self {
             Shown::Queue { .. } => "queued",
+            Shown::Clean { .. } => "cleaned",
             Shown::Challenge { .. } | Shown::Captcha => "challenge",
             Shown::CaptchaBusy { .. } => "captcha_busy",
             Shown::TokenRefused { .. } => "token_refused",
@@ -186,6 +200,25 @@ pub fn queue(
         resp
     };
     retry_after(&mut resp, status.refresh_seconds);
+    resp
+}
+
+/// Sends the visitor to `to` (its own request without the daemon's query
+/// parameters), setting `cookie`; no body.
+pub fn clean(to: &str, cookie: Option<String>) -> Response<Body> {
+    let mut resp = Response::new(crate::body::empty());
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(to) {
+        h.insert(header::LOCATION, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if let Some(c) = cookie {
+        push_cookie(h, c);
+    }
     resp
 }
 

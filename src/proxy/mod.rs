@@ -76,7 +76,8 @@ pub struct Outbound<'a> {
     pub peer_text: &'a HeaderValue,
     /// Whether the peer is a trusted proxy (its `X-Forwarded-*` are kept).
     pub peer_trusted: bool,
-    /// The request as the gate matched it; the origin receives this.
+    /// The request as the gate matched it; the origin receives this,
+    /// without the daemon's own query parameters.
     pub canonical: &'a Canonical,
     /// The admitted visitor, named to the origin in `X-Waitroom-Visitor`.
     pub visitor: Option<VisitorId>,
@@ -131,7 +132,8 @@ impl Proxy {
 
     /// Sends `req` to the origin and returns its response, bodies
     /// streaming, with the origin's `X-Waitroom-Command` taken out of it.
-    /// The origin receives the canonical path and host, our own headers
+    /// The origin receives the canonical path and host, the query without
+    /// the daemon's own parameters (`canonical::OWN_PARAMS`), our own headers
     /// (set here, after the visitor's spellings of them are removed), and
     /// none of the daemon's cookies or the hop-by-hop headers.
     pub async fn forward(
@@ -139,7 +141,10 @@ impl Proxy {
         mut req: Request<Incoming>,
         out: Outbound<'_>,
     ) -> Result<(Response<Body>, Option<HeaderValue>), OriginError> {
-        let target = &out.canonical.target;
+        // The daemon's own parameters (a token, a lane code) are never
+        // the origin's to log.
+        let cleaned = out.canonical.without_own_params();
+        let target = cleaned.as_ref().unwrap_or(&out.canonical.target);
         let path_and_query = if self.base_path.is_empty() {
             target.clone()
         } else {
