@@ -126,12 +126,9 @@ impl Canonical {
 }
 
 /// The query parameters the daemon reads and the origin never receives:
-/// an enqueue token and a lane code (`gate::members::TOKEN_PARAM`,
-/// `gate::lanes::CODE_PARAM`).
-pub const OWN_PARAMS: [&str; 2] = [
-    crate::gate::members::TOKEN_PARAM,
-    crate::gate::lanes::CODE_PARAM,
-];
+/// an enqueue token and a lane code (the gate reads them as
+/// `gate::members::TOKEN_PARAM` and `gate::lanes::CODE_PARAM`).
+pub const OWN_PARAMS: [&str; 2] = ["waitroom_token", "waitroom_code"];
 
 /// `query` without the `&`-separated pairs whose name, decoded as the gate
 /// decodes it when it reads them (`form_urlencoded`), is one of `names`:

@@ -1434,3 +1434,63 @@ async fn a_lost_history_holds_newcomers_until_the_sessions_checked_in() {
     assert_eq!(store.stats(&p, after).await.unwrap().active, 2);
     drop(server);
 }
+
+/// Issue 38's figure, at production size: 180,000 newcomers queued (a call
+/// of 64 each, so the tail holds ~2,800 members), one member among them,
+/// then the member's token sent again without its cookie, 20 times: the
+/// Redis time of each of those calls (INFO commandstats, fcall's
+/// usec_per_call over those calls only). Run by hand:
+/// `cargo test --release --test store_redis -- --ignored member_again --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (docs/benchmarks.md), minutes long"]
+async fn member_again_redis_time_at_180000_queued() {
+    let (server, store) = start().await;
+    let store = Arc::new(store);
+    let mut p = policy(1, 0);
+    p.room = Arc::from("member-cost");
+    p.state = RoomState::Paused;
+    let member = vid(4242);
+    let mut queued = 0u64;
+    while queued < 180_000 {
+        let calls: Vec<_> = (0..64)
+            .map(|i| {
+                let (store, p) = (store.clone(), p.clone());
+                tokio::spawn(async move {
+                    store
+                        .arrive_new(&p, VisitorId::random(), T0 + i)
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for c in calls {
+            c.await.unwrap();
+        }
+        queued += 64;
+        if queued == 64 * 1_000 {
+            place(&store.arrive(&p, member, T0 + 1).await.unwrap());
+        }
+    }
+    let stat = |server: &RedisServer| -> (u64, u64) {
+        let v = server
+            .info_field("commandstats", "cmdstat_fcall")
+            .unwrap_or_default();
+        let field = |name: &str| -> u64 {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("calls="), field("usec="))
+    };
+    let (calls0, usec0) = stat(&server);
+    for round in 0..20 {
+        store.arrive(&p, member, T0 + 10_000 + round).await.unwrap();
+    }
+    let (calls1, usec1) = stat(&server);
+    let per_call = (usec1 - usec0) as f64 / (calls1 - calls0) as f64;
+    println!(
+        "queued {}: member again: {per_call:.1} µs of Redis per call ({} calls)",
+        store.stats(&p, T0 + 20_000).await.unwrap().queued,
+        calls1 - calls0
+    );
+}

@@ -177,6 +177,8 @@ async fn a_token_is_refused_when_replayed_foreign_expired_or_forged() {
     )
     .await;
     assert_eq!(status, 200, "first use");
+    // (Past the window in which a copy is the same arrival.)
+    h.clock.advance(Duration::from_secs(11));
     let refused = [
         ("replayed", once.clone()),
         (
@@ -497,4 +499,52 @@ async fn a_token_in_the_link_is_read_then_left_out_of_every_address_the_origin_s
     let refused = browse(&h, "/shop/?waitroom_token=forged", None).await;
     assert_eq!(refused.status(), 403);
     assert_eq!(refused.headers()["referrer-policy"], "no-referrer");
+}
+
+/// A token with a `jti` handed in twice at once (a double click, two tabs,
+/// a retried request) is one arrival: both copies get the member's one
+/// place, and the `jti` is spent once. Past ten seconds from its first
+/// use, a copy is a replay. Before, the second copy was refused (403), and
+/// whichever answer the browser kept decided whether the person had a
+/// place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_handed_in_twice_at_once_is_one_arrival() {
+    let h = daemon(true, None).await;
+    let (status, _, _) = get(
+        &h,
+        "/shop/",
+        "198.51.100.1",
+        &[
+            JSON,
+            ("x-waitroom-token", &token(claims(&h, "first"), SECRET)),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "someone fills the room");
+    let t = token(
+        serde_json::json!({"sub": "u9", "room": "shop", "exp": now_s(&h) + 600, "jti": "click-1"}),
+        SECRET,
+    );
+    let headers = [JSON, ("x-waitroom-token", t.as_str())];
+    let (a, b) = tokio::join!(
+        get(&h, "/shop/", "203.0.113.7", &headers),
+        get(&h, "/shop/", "203.0.113.7", &headers),
+    );
+    for (status, cookie, body) in [&a, &b] {
+        assert_eq!(*status, 200, "{body}");
+        assert!(cookie.is_some(), "{body}");
+        assert_eq!(json(body)["position"], 1, "{body}");
+    }
+    h.clock.advance(Duration::from_secs(5));
+    let (status, _, body) = get(&h, "/shop/", "203.0.113.8", &headers).await;
+    assert_eq!(
+        (status, json(&body)["position"].as_u64()),
+        (200, Some(1)),
+        "within the window: {body}"
+    );
+    assert_eq!(h.counts().await, (1, 1), "one place");
+    h.clock.advance(Duration::from_secs(6));
+    let (status, cookie, body) = get(&h, "/shop/", "203.0.113.9", &headers).await;
+    assert_eq!((status, cookie), (403, None), "a replay: {body}");
+    assert!(h.metrics().await.contains(r#"outcome="token_replayed"} 1"#));
 }

@@ -20,12 +20,17 @@ use crate::store::StoreError;
 /// The header apps send a token in.
 pub const X_WAITROOM_TOKEN: HeaderName = HeaderName::from_static("x-waitroom-token");
 /// The query parameter a link carries a token in.
-pub const TOKEN_PARAM: &str = "waitroom_token";
+pub const TOKEN_PARAM: &str = crate::canonical::OWN_PARAMS[0];
 
 /// How long the room remembers that a `sub` came (at least as long as its
 /// token lives): a member not seen for this long holds no place in the
 /// back of the queue that a store must read through to find.
 pub const MEMBER_MEMORY_MS: u64 = 24 * 3_600_000;
+
+/// How long after a `jti`'s first use a copy of the same token is the
+/// same arrival (a double click, a retried request, a second tab), folded
+/// into the member's place rather than refused as a replay.
+pub const JTI_FOLD_MS: u64 = 10_000;
 
 /// Separates the member-id key from any other use of the cookie key.
 const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
@@ -42,8 +47,9 @@ pub(super) enum Entry {
         visitor: VisitorId,
         claim: Option<String>,
         unseen: bool,
-        /// The token's `jti`, noted as spent by this arrival (given back
-        /// if it gets no place: `Gate::give_back`).
+        /// The token's `jti`, if this arrival is its first use (given
+        /// back if it gets no place: `Gate::give_back`); `None` for a copy
+        /// folded within `JTI_FOLD_MS`.
         jti: Option<u64>,
     },
     /// Turned away: no token where one is required (`missing`), or one
@@ -161,20 +167,37 @@ impl Gate {
         }
         let unseen = noted.added == 1;
         // Last, so that no refusal above spends it.
-        let jti = claims.jti.as_deref().map(hash64);
-        if let Some(jti) = jti {
+        let mut spent = None;
+        if let Some(jti) = claims.jti.as_deref().map(hash64) {
             let noted = self.store.note(room, "jti", &[jti], until, ctx.now).await?;
-            if noted.added == 0 {
-                room.metrics.token_replayed.inc();
-                tracing::debug!(room = %room.config.id, client = %ctx.client, "enqueue token replayed");
-                return Ok(Entry::Refused { missing: false });
+            if noted.added == 1 {
+                // The first use. A copy of it within JTI_FOLD_MS (a double
+                // click, a retry, a second tab) is the same arrival.
+                let window = ctx.now + JTI_FOLD_MS;
+                self.store
+                    .note(room, "jti_new", &[jti], window, ctx.now)
+                    .await?;
+                spent = Some(jti);
+            } else {
+                // Seen before: within the window of its first use, folded
+                // into the member's place (a check that extends nothing);
+                // after it, a replay.
+                let first = self
+                    .store
+                    .note(room, "jti_new", &[jti], ctx.now, ctx.now)
+                    .await?;
+                if first.added == 1 {
+                    room.metrics.token_replayed.inc();
+                    tracing::debug!(room = %room.config.id, client = %ctx.client, "enqueue token replayed");
+                    return Ok(Entry::Refused { missing: false });
+                }
             }
         }
         Ok(Entry::Member {
             visitor,
             claim: claims.lane,
             unseen,
-            jti,
+            jti: spent,
         })
     }
 
