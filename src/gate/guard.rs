@@ -110,6 +110,8 @@ pub struct StoreGuard {
     /// How long the store must answer nothing before it is unreachable.
     unreachable_after: Duration,
     liveness: Arc<Liveness>,
+    /// When (clock ms) a busy call was last logged.
+    busy_logged_ms: AtomicU64,
     clock: SharedClock,
     telemetry: Arc<Telemetry>,
     /// Whether the last shared call failed; logs transitions once.
@@ -159,6 +161,7 @@ impl StoreGuard {
             timeout: config.store.timeout,
             unreachable_after,
             liveness,
+            busy_logged_ms: AtomicU64::new(0),
             clock,
             telemetry,
             down: AtomicBool::new(false),
@@ -537,12 +540,32 @@ impl StoreGuard {
                 }
                 if self.liveness.alive(now, self.unreachable_after) {
                     self.telemetry.metrics.store_busy();
+                    self.log_busy(now, &result);
                     return Err(StoreError::Busy);
                 }
             }
         }
         self.record(&result);
         result
+    }
+
+    /// Says in the log, at most once a second, that a call got no answer
+    /// from a store that still answers (busy, not unreachable).
+    fn log_busy<T>(&self, now: Millis, result: &Result<T, StoreError>) {
+        let last = self.busy_logged_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1000
+            && self
+                .busy_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            if let Err(e) = result {
+                tracing::warn!(
+                    error = %e,
+                    "store busy: a call got no answer in time, but the store answers; answered \"busy, retry\", store.fail_mode not applied"
+                );
+            }
+        }
     }
 
     /// Whether the shared store answered the last call.
