@@ -55,11 +55,16 @@ const RETRY_AFTER_FAILURE_MS: Millis = 1000;
 struct Liveness {
     /// Clock ms of the last answer.
     last_answer_ms: AtomicU64,
+    /// A call went unanswered, and nothing answered since.
+    suspect: AtomicBool,
+    /// Wakes the pinger when a call goes unanswered.
+    woken: tokio::sync::Notify,
 }
 
 impl Liveness {
     fn answered(&self, now: Millis) {
         self.last_answer_ms.fetch_max(now, Ordering::Relaxed);
+        self.suspect.store(false, Ordering::Relaxed);
     }
 
     /// Whether the store answered anything within `window` before `now`.
@@ -69,8 +74,13 @@ impl Liveness {
     }
 }
 
-/// Pings the store every `every` while the guard lives, bounded by
-/// `timeout`; each answer is noted.
+/// Pings the store every `every` while the guard lives, each ping bounded
+/// by `timeout`; each answer is noted. While a call has gone unanswered
+/// and nothing has answered since ([`Liveness::suspect`]), pings go every
+/// [`SUSPECT_PING_EVERY`], overlapping: a Redis busy in a long script
+/// answers a ping sent near the script's end in time, so it is seen
+/// answering between scripts (its answers to pings sent earlier come
+/// after their callers gave up, unseen).
 async fn keep_pinging(
     liveness: std::sync::Weak<Liveness>,
     store: SharedStore,
@@ -78,18 +88,27 @@ async fn keep_pinging(
     every: Duration,
     timeout: Duration,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let Some(liveness) = liveness.upgrade() else {
+        let Some(live) = liveness.upgrade() else {
             return;
         };
-        if let Ok(Ok(())) = tokio::time::timeout(timeout, store.ping()).await {
-            liveness.answered(clock.now_ms());
+        if live.suspect.load(Ordering::Relaxed) {
+            tokio::time::sleep(SUSPECT_PING_EVERY).await;
+        } else {
+            // Woken early when a call goes unanswered.
+            let _ = tokio::time::timeout(every, live.woken.notified()).await;
         }
+        let (store, clock) = (store.clone(), clock.clone());
+        tokio::spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(timeout, store.ping()).await {
+                live.answered(clock.now_ms());
+            }
+        });
     }
 }
+
+/// How often the store is pinged while a call of it went unanswered.
+const SUSPECT_PING_EVERY: Duration = Duration::from_millis(10);
 
 /// Most orphaned decisions remembered for release; beyond it the oldest are
 /// dropped (their sessions then end by expiry).
@@ -138,6 +157,8 @@ impl StoreGuard {
     ) -> Self {
         let liveness = Arc::new(Liveness {
             last_answer_ms: AtomicU64::new(clock.now_ms()),
+            suspect: AtomicBool::new(false),
+            woken: tokio::sync::Notify::new(),
         });
         let unreachable_after = config.store.unreachable_after.max(config.store.timeout);
         if shared.answers().is_some() {
@@ -537,6 +558,8 @@ impl StoreGuard {
                 // (Answers to other calls while this one waited count.)
                 if answers.is_some() && self.shared.answers() > answers {
                     self.liveness.answered(now);
+                } else if !self.liveness.suspect.swap(true, Ordering::Relaxed) {
+                    self.liveness.woken.notify_one();
                 }
                 if self.liveness.alive(now, self.unreachable_after) {
                     self.telemetry.metrics.store_busy();
