@@ -70,12 +70,88 @@ async fn the_dashboard_renders_rooms_and_follows_the_figures() {
         .await;
     assert_eq!(state, "open");
     let fairness = browser
-        .eval("document.querySelector('[data-room=\"shop\"] .fairness').textContent")
+        .eval("[...document.querySelectorAll('[data-room=\"shop\"] .fairness div')].map(r => r.querySelector('dt').textContent + '=' + r.querySelector('dd').textContent).join(', ')")
         .await;
     assert_eq!(
         fairness,
-        "shadow queue 0 · challenges failed 0 · tokens 0 · refused 0 · replayed 0 · folded 0"
+        "shadow queue=0, challenges failed=0, tokens=0, tokens refused=0, tokens replayed=0, tokens folded=0"
     );
+}
+
+/// With every count the fairness features have (a lane, refused codes,
+/// open captcha passes) each tile holds one figure and keeps its size,
+/// and the counts are rows of their own, at a desktop's width and a
+/// phone's: before, the fairness tile printed them all in the big-number
+/// font and stretched its whole row of tiles to ~300 px.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
+    let h = Harness::start(|c| {
+        c.rooms[0].lanes = vec![waitroom::config::LaneConfig {
+            name: "presale-members-early-access".into(),
+            share: 300,
+            codes: std::collections::HashSet::from([waitroom::domain::digest64("PRESALE-CODE-1")]),
+            single_use: Default::default(),
+            token_claim: false,
+        }];
+    })
+    .await;
+    for _ in 0..3 {
+        h.visitor()
+            .get(h.url("/?waitroom_code=WRONG-CODE-9"))
+            .send()
+            .await
+            .unwrap();
+    }
+    h.daemon.gate().refresh_room_figures().await;
+    for (width, height) in [(1300, 900), (390, 844)] {
+        let browser = Browser::start(Options {
+            width,
+            height,
+            ..Options::default()
+        })
+        .await;
+        browser.client.goto(&h.admin_url("/")).await.unwrap();
+        browser
+            .wait_until(
+                "(document.querySelector('[data-room=\"shop\"]') || {textContent: ''}).textContent.includes('codes refused')",
+                Duration::from_secs(15),
+            )
+            .await;
+        let tiles = browser
+            .eval("[...document.querySelectorAll('[data-room=\"shop\"] .fig')].map(f => [f.getBoundingClientRect().height, f.scrollWidth - f.clientWidth, f.querySelectorAll('b').length])")
+            .await;
+        for tile in tiles.as_array().unwrap() {
+            let (tall, over, figures) = (
+                tile[0].as_f64().unwrap(),
+                tile[1].as_f64().unwrap(),
+                tile[2].as_u64().unwrap(),
+            );
+            assert!(tall <= 90.0, "{width} px: a tile {tall} px tall: {tiles}");
+            assert!(
+                over <= 0.0,
+                "{width} px: a tile overflows by {over} px: {tiles}"
+            );
+            assert_eq!(figures, 1, "{width} px: one figure a tile: {tiles}");
+        }
+        let rows = browser
+            .eval("[...document.querySelectorAll('[data-room=\"shop\"] .fairness div')].map(r => [r.getBoundingClientRect().height, r.scrollWidth - r.clientWidth, r.textContent])")
+            .await;
+        for row in rows.as_array().unwrap() {
+            let (tall, over) = (row[0].as_f64().unwrap(), row[1].as_f64().unwrap());
+            assert!(
+                tall <= 24.0,
+                "{width} px: a count row {tall} px tall: {rows}"
+            );
+            assert!(over <= 0.0, "{width} px: a count row overflows: {rows}");
+        }
+        let page_over = browser
+            .eval("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            .await;
+        assert!(
+            page_over.as_f64().unwrap() <= 0.0,
+            "{width} px: the page scrolls sideways by {page_over}"
+        );
+    }
 }
 
 /// `expr` evaluated over the elements matching `selector` in the shop room.
