@@ -18,8 +18,13 @@
 //!   session plus the arrival grace, and its queue place is used up.
 //! * Room: fewer than `total_active_users` sessions and fewer than
 //!   `new_users_per_minute` admissions in the window (0: no limit).
-//! * `seq`s come from [`next_seq`]; a reset voids every ticket at or below
-//!   the floor it sets.
+//! * `seq`s are `max((now - SEQ_EPOCH_MS) * SEQ_PER_MS, last_seq + 1)`; a
+//!   reset voids every ticket at or below the floor it sets.
+//!
+//! Nothing here is shared with the memory store: the seqs, the lanes'
+//! turns and the event's shuffle are written again below, plainly, from
+//! the contract's words, so that a bug in the memory store's copy shows up
+//! as a disagreement with this one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,10 +33,75 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod, RejectReason,
-    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict,
-    VisitorId, MAX_LANES, RATE_WINDOW_MS,
+    EventStart, Lanes, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
+    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
+    MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
 };
+
+/// The first seq a room may hand out at `now`: one per `1 / SEQ_PER_MS`
+/// ms since the epoch, and above the last one handed out.
+fn next_seq(now: Millis, last_seq: u64) -> u64 {
+    let by_time = now.saturating_sub(SEQ_EPOCH_MS) * SEQ_PER_MS;
+    if by_time > last_seq {
+        by_time
+    } else {
+        last_seq + 1
+    }
+}
+
+/// The event's shuffle as the contract gives it: Fisher-Yates from the
+/// last item down, each pick from a Park-Miller (MINSTD) generator seeded
+/// with `seed mod (2^31 - 2) + 1`.
+fn shuffle(items: &mut [VisitorId], seed: u64) {
+    const MODULUS: u64 = 2_147_483_647;
+    let mut state = seed % (MODULUS - 1) + 1;
+    let mut i = items.len();
+    while i > 1 {
+        i -= 1;
+        state = state * 48_271 % MODULUS;
+        let j = (state % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// Whose turn it is among the lanes (0: the general queue): stride
+/// scheduling, as the contract states it. Each lane has a pass; of the
+/// lanes with a share that have someone waiting, the one with the lowest
+/// pass (counted from at least the last pass served; ties: the lower
+/// lane) is served and its pass moves on by `STRIDE / share`. Lanes with a
+/// share of 0 are served only when no other waits, in order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Turns {
+    /// The pass of the lane served last.
+    served: u64,
+    passes: [u64; MAX_LANES + 1],
+}
+
+impl Turns {
+    fn take(&mut self, lanes: &Lanes, waiting: impl Fn(usize) -> bool) -> Option<usize> {
+        let all = 0..=usize::from(lanes.count);
+        let mut best: Option<(usize, u64)> = None;
+        for lane in all.clone().filter(|&l| lanes.shares[l] > 0 && waiting(l)) {
+            let pass = self.passes[lane].max(self.served);
+            if best.is_none_or(|(_, b)| pass < b) {
+                best = Some((lane, pass));
+            }
+        }
+        let Some((lane, pass)) = best else {
+            return all.into_iter().find(|&l| waiting(l));
+        };
+        self.served = pass;
+        self.passes[lane] = pass + STRIDE / u64::from(lanes.shares[lane]);
+        if self.served > PASS_LIMIT {
+            let by = self.served;
+            self.served = 0;
+            for p in self.passes.iter_mut() {
+                *p = p.saturating_sub(by);
+            }
+        }
+        Some(lane)
+    }
+}
 use crate::clock::Millis;
 
 /// One waiting visitor.
@@ -57,7 +127,7 @@ pub struct ModelRoom {
     /// The priority lanes (lane 1 first), each ordered as `queue`.
     pub lanes: [Vec<Waiting>; MAX_LANES],
     /// Whose turn it is among the lanes.
-    pub turns: LaneTurns,
+    pub turns: Turns,
     pub last_seq: u64,
     pub reset_floor: u64,
     pub started_event: Option<String>,
@@ -384,8 +454,12 @@ impl ModelRoom {
             .map(|w| w.visitor)
             .collect();
         self.queue.retain(|w| !(lo..hi).contains(&w.seq));
-        super::shuffle(moved.as_mut_slice(), event.seed);
-        let first = super::shuffled_first(lo, moved.len() as u64, self.reset_floor);
+        shuffle(moved.as_mut_slice(), event.seed);
+        // Just below the prequeue's first seq, behind nobody who came
+        // before it; but above the reset floor, so no place is void.
+        let first = lo
+            .saturating_sub(moved.len() as u64)
+            .max(self.reset_floor + 1);
         for (i, visitor) in moved.iter().enumerate() {
             self.enqueue(0, *visitor, first + i as u64, now);
         }
