@@ -404,3 +404,50 @@ async fn a_bot_score_is_read_only_while_the_room_queues_and_only_when_sent_once(
     );
     assert_eq!(h.counts().await, (1, 1), "no place");
 }
+
+/// Log mode (`failed_challenge = "log"`): the rules are watched before
+/// they bite. A low bot score in a queueing room and a forged proof of
+/// work are treated as if the shadow rule were off (a real place; a new
+/// challenge), and each is counted as `would_shadow` (the metrics; the
+/// rooms API and the dashboard show it too), while nothing is shadowed. The config takes "log"
+/// beside a bot score.
+#[tokio::test]
+async fn log_mode_counts_what_the_shadow_rule_would_do_and_does_nothing() {
+    let h = Harness::start(|c| {
+        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let room = &mut c.rooms[0];
+        room.total_active_users = 1;
+        room.proof_of_work = 8;
+        room.bot_score = Some(BotScore {
+            header: http::HeaderName::from_static("cf-bot-score"),
+            min: 30,
+        });
+        room.failed_challenge = FailedChallenge::Log;
+    })
+    .await;
+    let (status, _, _) = h.page("/shop/", &[]).await;
+    assert_eq!(status, 200);
+    let room = h.daemon.gate().rooms.by_id("shop").unwrap().clone();
+    room.set_queueing(true);
+    let json = ("accept", "application/json");
+    // A low score: not shadowed, asked for the proof like anyone.
+    let (_, _, body) = h.page("/shop/", &[json, ("cf-bot-score", "5")]).await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"], "challenge", "{v}");
+    // A forged proof: a new challenge, not the shadow queue.
+    let forged = [json, ("x-waitroom-proof", "w1.shop.1.8.AAAA.BBBB.1")];
+    let (_, ticket, body) = h.page("/shop/", &forged).await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["state"], "challenge", "{v}");
+    assert!(ticket.is_none(), "no shadow ticket");
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains(r#"outcome="would_shadow"} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"outcome="shadowed"} 0"#), "{metrics}");
+    let base = "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[cookie]\nkeys = [\"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\"]\n[origin]\nurl = \"http://127.0.0.1:9\"\n[[room]]\nid = \"shop\"\npath = \"/\"\ntotal_active_users = 5\nnew_users_per_minute = 100\n";
+    let logged = format!("{base}bot_score_header = \"cf-bot-score\"\nmin_bot_score = 30\nfailed_challenge = \"log\"\n");
+    let cfg = waitroom::config::from_toml_str(&logged).unwrap();
+    assert_eq!(cfg.rooms[0].failed_challenge, FailedChallenge::Log);
+}

@@ -654,6 +654,7 @@ fn fairness_json(room: &Room) -> serde_json::Value {
         "captcha_open_passed": m.captcha_open_passed.get(),
         "captcha_busy": m.captcha_busy.get(),
         "shadowed": m.shadowed.get(),
+        "would_shadow": m.would_shadow.get(),
         "token_verified": m.token_verified.get(),
         "token_refused": m.token_refused.get(),
         "token_replayed": m.token_replayed.get(),

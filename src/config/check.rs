@@ -1078,10 +1078,10 @@ impl Checker<'_, '_> {
                         format!("{min} is out of range: 1 to 99 (scores below it are bots)"),
                     );
                 }
-                if failed_challenge != FailedChallenge::Shadow {
+                if failed_challenge == FailedChallenge::Retry {
                     self.fail(
                         &p.key("failed_challenge"),
-                        "bot_score_header sends the visitors it names to the shadow queue: set failed_challenge = \"shadow\"",
+                        "bot_score_header sends the visitors it names to the shadow queue: set failed_challenge = \"shadow\" (or \"log\" to count them first)",
                     );
                 }
                 name.map(|header| BotScore {

@@ -258,6 +258,11 @@ pub enum FailedChallenge {
     /// The shadow queue: a page like the queue's whose place moves up
     /// slowly and is never let in, holding nothing in the store.
     Shadow,
+    /// Watch before it bites: the visitor is treated as with `retry` (a
+    /// failed challenge gets a new one, a low bot score counts for
+    /// nothing), and what `shadow` would have done is counted
+    /// (`outcome="would_shadow"`).
+    Log,
 }
 
 /// What happens to a request no room matches.

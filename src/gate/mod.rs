@@ -785,7 +785,7 @@ impl Gate {
             return Ok(Decision::TooManyArrivals(wait));
         }
         self.start_due_event(room, ctx.now).await;
-        if self.is_bot(room, req, ctx) {
+        if self.is_bot(room, req, ctx) && self.shadows(room) {
             return Ok(self.shadowed(room, ctx));
         }
         // A member (a verified enqueue token) is who the site says: no

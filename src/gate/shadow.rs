@@ -42,9 +42,18 @@ impl Gate {
         low && room.is_queueing(ctx.now)
     }
 
-    /// Whether the room sends those who fail to the shadow queue.
+    /// Whether the room sends those who fail to the shadow queue. In log
+    /// mode (`failed_challenge = "log"`) it does not, but counts each one
+    /// it would have sent (`outcome="would_shadow"`).
     pub(super) fn shadows(&self, room: &Room) -> bool {
-        room.config.failed_challenge == FailedChallenge::Shadow
+        match room.config.failed_challenge {
+            FailedChallenge::Shadow => true,
+            FailedChallenge::Log => {
+                room.metrics.would_shadow.inc();
+                false
+            }
+            FailedChallenge::Retry => false,
+        }
     }
 
     /// A newcomer sent to the shadow queue: at the back of the queue as

@@ -33,9 +33,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    EventStart, Lanes, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
-    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId,
-    MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
+    EventStart, Lanes, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
+    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, PASS_LIMIT,
+    RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
 };
 
 /// The first seq a room may hand out at `now`: one per `1 / SEQ_PER_MS`

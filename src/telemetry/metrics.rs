@@ -107,6 +107,8 @@ pub struct RoomMetrics {
     /// Newcomers sent to the shadow queue (a failed challenge, a bot score
     /// below the room's minimum).
     pub shadowed: Counter,
+    /// Newcomers `failed_challenge = "log"` would have shadowed.
+    pub would_shadow: Counter,
     /// Captcha tokens the provider took, and refused (or gave no verdict
     /// on, or another network handed in first).
     pub captcha_passed: Counter,
@@ -203,7 +205,7 @@ impl Metrics {
         );
         registry.register(
             "decisions",
-            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed, shadowed, captcha_*, token_*, lane_code_refused)",
+            "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed, shadowed, would_shadow, captcha_*, token_*, lane_code_refused)",
             m.decisions.clone(),
         );
         registry.register(
@@ -276,6 +278,7 @@ impl Metrics {
             proof_refused: outcome("proof_refused"),
             shed: outcome("shed"),
             shadowed: outcome("shadowed"),
+            would_shadow: outcome("would_shadow"),
             captcha_passed: outcome("captcha_passed"),
             captcha_failed: outcome("captcha_failed"),
             captcha_open_passed: outcome("captcha_open_passed"),
