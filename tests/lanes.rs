@@ -29,6 +29,14 @@ const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 /// Room "shop" for one, behind a trusted proxy, with a lane "presale"
 /// (30%: a multi-use code, a single-use code, and tokens claiming it).
 async fn daemon(redis: Option<String>) -> Harness {
+    daemon_with(redis, |_| {}).await
+}
+
+/// `daemon`, with `tweak` applied last.
+async fn daemon_with(
+    redis: Option<String>,
+    tweak: impl FnOnce(&mut waitroom::config::Config),
+) -> Harness {
     Harness::start(move |c| {
         c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
         let room = &mut c.rooms[0];
@@ -51,6 +59,7 @@ async fn daemon(redis: Option<String>) -> Harness {
         if let Some(url) = redis {
             c.store.backend = Backend::Redis { urls: vec![url] };
         }
+        tweak(c);
     })
     .await
 }
@@ -352,26 +361,8 @@ async fn a_code_enters_only_as_issued_and_a_single_use_one_only_once_at_once() {
 /// the member was refused as "replayed".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_and_a_jti_are_given_back_when_the_arrival_gets_no_place() {
-    let h = Harness::start(|c| {
-        c.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        let room = &mut c.rooms[0];
+    let h = daemon_with(None, |c| {
         c.server.admin_token = Some(Secret("admin-token".into()));
-        room.total_active_users = 1;
-        room.enqueue_token = Some(EnqueueToken {
-            required: false,
-            keys: TokenKeys {
-                hmac: vec![SECRET.to_vec()],
-                public: vec![],
-            },
-            rules: waitroom::enqueue::Rules::for_room("shop"),
-        });
-        room.lanes = vec![LaneConfig {
-            name: "presale".into(),
-            share: 300,
-            codes: HashSet::new(),
-            single_use: HashSet::from([digest64(ONCE)]),
-            token_claim: false,
-        }];
     })
     .await;
     Browser::new(0).json(&h, "/shop/", &[]).await;
