@@ -238,7 +238,16 @@ local target = me.active + (alloc[me_name] or 0)
 
 local grant = me.raised - me.returned
 if target > grant then
-    local add = math.min(target - grant, limit - granted)
+    -- While nobody waits the pool floor stays free of grants too: `unused`
+    -- above counts the other regions' active sessions as they last
+    -- reported them, and slots they took from the pool since are in their
+    -- grants already (issue 39: the busy region's sync took the last slots
+    -- of the pool while the quiet one still needed them).
+    local room_left = limit - granted
+    if queued_total == 0 then
+        room_left = room_left - pool_floor
+    end
+    local add = math.min(target - grant, room_left)
     if add > 0 then
         me.raised = me.raised + add
         granted = granted + add
