@@ -46,6 +46,11 @@ use frontier::{Description, Frontiers};
 use library::{Library, RoomFn};
 use wire::{as_u64, decode_verdict, decode_verdicts, ints, protocol};
 
+/// Anywhere calls at most for one group of held newcomers (see
+/// `Inner::arrive_anywhere`): each further one only after the slots the
+/// last one gave were taken by the region's other newcomers meanwhile.
+const ANYWHERE_TRIES: u32 = 3;
+
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
 const KEY_TTL_MARGIN_MS: Millis = 60 * 60 * 1000;
@@ -926,36 +931,74 @@ impl Inner {
     /// New visitors who found the region's slots used up: ask the global
     /// store for Anywhere slots (one cross-region round trip), then decide
     /// them again on the regional store: admitted within the raised grant,
-    /// else queued.
+    /// else queued. The slots a call added can be taken in between by
+    /// newcomers of the region's next batches (they found room, so they were
+    /// not held): the visitors they were given for are then held again and
+    /// ask again, up to `ANYWHERE_TRIES` calls in all, rather than queue
+    /// while the pool still has room (issue 39).
     async fn arrive_anywhere(
         self: Arc<Self>,
         policy: RoomPolicy,
         now: Millis,
         deadline: i64,
-        visitors: Vec<VisitorId>,
-        held: Vec<(Waiter, usize)>,
+        mut visitors: Vec<VisitorId>,
+        mut held: Vec<(Waiter, usize)>,
     ) {
-        if let Some(hook) = self.region.get().cloned() {
-            let store = RedisStore {
-                inner: Arc::clone(&self),
-            };
-            hook.take(&store, &policy, visitors.len() as u64, now).await;
-        }
-        let flags = Flags {
-            hold: false,
-            fresh: held.iter().all(|(w, _)| w.kind == Arrival::New),
-            unseen: held.iter().all(|(w, _)| w.kind != Arrival::Known),
+        let hook = self.region.get().cloned();
+        let store = RedisStore {
+            inner: Arc::clone(&self),
         };
-        let decided = self
-            .decide_arrivals(&policy, now, deadline, &visitors, flags)
-            .await;
-        for (w, at) in held {
-            let verdict = match &decided {
-                Ok(verdicts) => verdicts[at]
-                    .ok_or_else(|| StoreError::Protocol("arrive: held without asking".into())),
-                Err(e) => Err(e.again()),
+        for attempt in 1..=ANYWHERE_TRIES {
+            let given = match &hook {
+                Some(hook) => hook.take(&store, &policy, visitors.len() as u64, now).await,
+                None => 0,
             };
-            let _ = w.reply.send(verdict);
+            // Held again only if slots came and went; else decided for good.
+            let last = given == 0 || attempt == ANYWHERE_TRIES;
+            let flags = Flags {
+                hold: !last,
+                fresh: held.iter().all(|(w, _)| w.kind == Arrival::New),
+                unseen: held.iter().all(|(w, _)| w.kind != Arrival::Known),
+            };
+            let decided = self
+                .decide_arrivals(&policy, now, deadline, &visitors, flags)
+                .await;
+            let verdicts = match decided {
+                Ok(v) => v,
+                Err(e) => {
+                    for (w, _) in held {
+                        let _ = w.reply.send(Err(e.again()));
+                    }
+                    return;
+                }
+            };
+            let mut again: Vec<(Waiter, usize)> = Vec::new();
+            let mut again_slot: HashMap<usize, usize> = HashMap::new();
+            let mut again_visitors = Vec::new();
+            for (w, at) in held {
+                match verdicts[at] {
+                    Some(v) => {
+                        let _ = w.reply.send(Ok(v));
+                    }
+                    None if !last => {
+                        let slot = *again_slot.entry(at).or_insert_with(|| {
+                            again_visitors.push(visitors[at]);
+                            again_visitors.len() - 1
+                        });
+                        again.push((w, slot));
+                    }
+                    None => {
+                        let _ = w.reply.send(Err(StoreError::Protocol(
+                            "arrive: held without asking".into(),
+                        )));
+                    }
+                }
+            }
+            if again.is_empty() {
+                return;
+            }
+            visitors = again_visitors;
+            held = again;
         }
     }
 
