@@ -55,19 +55,25 @@ else
 end
 me.recent = arrivals
 me.at = now
+me.reported = me.anywhere
 
 local function live(r)
     return now - (r.at or 0) <= lease
 end
 
--- Slots in use: a live region's active sessions; a silent one's whole
--- grant (it may still be admitting within it).
+-- Slots in use: a live region's active sessions, and the Anywhere slots
+-- it took since it reported them (taken for newcomers, who are in: issue
+-- 39, where a region counted at the sessions it had a second ago while it
+-- had since drawn 50 slots from the pool let the other region raise its
+-- grant by that much and hold it idle); a silent one's whole grant (it
+-- may still be admitting within it).
 local granted, used = 0, 0
 for _, r in pairs(regions) do
     local g = (r.raised or 0) - (r.returned or 0)
     granted = granted + g
     if live(r) then
-        used = used + math.min(r.active or 0, g)
+        local taken = math.max(0, (r.anywhere or 0) - (r.reported or 0))
+        used = used + math.min((r.active or 0) + taken, g)
     else
         used = used + g
     end
