@@ -380,7 +380,6 @@ mod drill {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 39: passes on an idle machine, not yet under CPU load (held newcomers' Anywhere slots taken by later ones)"]
 async fn a_room_fills_before_anyone_queues_when_90_percent_come_to_one_region() {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
