@@ -358,14 +358,15 @@ impl Region {
 
     /// Asks the global store for up to `wanted` Anywhere slots of `room`
     /// (and as many admission tokens, for a rated room); returns the
-    /// region's slot totals there, the slots given, and the token totals
-    /// there (the token target is `None`), as [`Anywhere`] applies them.
+    /// region's slot totals there, the slots given, the tokens given, and
+    /// the token totals there (the token target is `None`), as
+    /// [`Anywhere`] applies them.
     pub async fn take_anywhere(
         &self,
         room: &RoomPolicy,
         wanted: u64,
         now_ms: Millis,
-    ) -> Result<(u64, u64, u64, RateGrant), StoreError> {
+    ) -> Result<(u64, u64, u64, u64, RateGrant), StoreError> {
         let mut inv = self.global_call(&self.anywhere, room, now_ms);
         inv.arg(wanted).arg(room.new_users_per_minute);
         let reply = self.call(self.request_timeout, &inv).await;
@@ -376,7 +377,7 @@ impl Region {
                 returned: rate_returned,
                 target: None,
             };
-            Ok((raised, returned, given.max(rate_given), rate))
+            Ok((raised, returned, given, rate_given, rate))
         });
         self.outcome(&reply);
         reply
@@ -424,18 +425,26 @@ impl Region {
 
 #[async_trait]
 impl Anywhere for Region {
-    async fn take(&self, store: &RedisStore, room: &RoomPolicy, wanted: u64, now_ms: Millis) {
+    async fn take(
+        &self,
+        store: &RedisStore,
+        room: &RoomPolicy,
+        wanted: u64,
+        now_ms: Millis,
+    ) -> u64 {
         if self.is_degraded() {
             // Each visitor would wait out the timeout for nothing; the
             // background sync finds out when the global store is back.
-            return;
+            return 0;
         }
-        let Ok((raised, returned, given, rate)) = self.take_anywhere(room, wanted, now_ms).await
+        let Ok((raised, returned, slots, tokens, rate)) =
+            self.take_anywhere(room, wanted, now_ms).await
         else {
-            return;
+            return 0;
         };
+        let given = slots.max(tokens);
         if given == 0 {
-            return;
+            return 0;
         }
         if let Some(t) = &self.telemetry {
             t.metrics.region.anywhere(&room.room, given);
@@ -446,6 +455,12 @@ impl Anywhere for Region {
         {
             // The next sync brings the regional totals up to the global ones.
             tracing::debug!(room = %room.room, error = %e, "Anywhere slots not applied yet");
+        }
+        // A visitor of a room with both limits needs a slot and a token.
+        if room.total_active_users > 0 && room.new_users_per_minute > 0 {
+            slots.min(tokens)
+        } else {
+            given
         }
     }
 }

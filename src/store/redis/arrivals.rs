@@ -29,6 +29,9 @@ pub struct Waiter {
     pub now: Millis,
     /// Redis server time after which its caller has given up (0 = none).
     pub deadline_us: i64,
+    /// Region mode: the Anywhere calls made for it so far (it is held for
+    /// another only below `ANYWHERE_TRIES`).
+    pub asked: u32,
     pub reply: oneshot::Sender<Result<Verdict, StoreError>>,
 }
 
@@ -64,10 +67,32 @@ impl Arrivals {
         };
         (pending, lead)
     }
+
+    /// Puts arrivals back in front of the room's queue, in their order
+    /// (held visitors back from the Anywhere pool go before anyone who
+    /// came after them). Returns the same as [`Arrivals::push`].
+    pub fn push_front(&self, room: &Arc<str>, waiters: Vec<Waiter>) -> (Arc<Mutex<Pending>>, bool) {
+        let pending = Arc::clone(
+            self.rooms
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(Arc::clone(room))
+                .or_default(),
+        );
+        let lead = {
+            let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
+            for w in waiters.into_iter().rev() {
+                p.waiting.push_front(w);
+            }
+            !std::mem::replace(&mut p.in_flight, true)
+        };
+        (pending, lead)
+    }
 }
 
 /// The next call's arrivals: those in front that share the first one's
-/// policy (a change of limits never mixes into one decision), at most
+/// policy (a change of limits never mixes into one decision) and its
+/// count of Anywhere calls (one decision holds them or not), at most
 /// `MAX_BATCH`. `None` when none are left, which also ends the drain (the
 /// next arrival starts a new one).
 pub fn next_batch(pending: &Mutex<Pending>) -> Option<Vec<Waiter>> {
@@ -80,7 +105,7 @@ pub fn next_batch(pending: &Mutex<Pending>) -> Option<Vec<Waiter>> {
         .waiting
         .iter()
         .take(MAX_BATCH)
-        .take_while(|w| w.policy == first.policy)
+        .take_while(|w| w.policy == first.policy && w.asked == first.asked)
         .count();
     Some(p.waiting.drain(..n).collect())
 }

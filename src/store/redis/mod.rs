@@ -46,6 +46,11 @@ use frontier::{Description, Frontiers};
 use library::{Library, RoomFn};
 use wire::{as_u64, decode_verdict, decode_verdicts, ints, protocol};
 
+/// Anywhere calls at most for one held newcomer (see
+/// `Inner::arrive_anywhere`): each further one only after the slots the
+/// last one gave were taken meanwhile (by another instance's newcomers).
+const ANYWHERE_TRIES: u32 = 3;
+
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
 const KEY_TTL_MARGIN_MS: Millis = 60 * 60 * 1000;
@@ -805,7 +810,9 @@ impl Inner {
                 .collect();
             // Region mode: whoever finds the region's slots used up is held
             // back to try the Anywhere pool (`region`).
-            let hold = self.regional(&policy) && policy.method != QueueingMethod::Passthrough;
+            let hold = self.regional(&policy)
+                && policy.method != QueueingMethod::Passthrough
+                && batch[0].asked < ANYWHERE_TRIES;
             let flags = Flags {
                 hold,
                 fresh: batch.iter().all(|w| w.kind == Arrival::New),
@@ -816,20 +823,16 @@ impl Inner {
                 .await;
             match decided {
                 Ok(verdicts) => {
-                    let mut held: Vec<(Waiter, usize)> = Vec::new();
-                    let mut held_slot: HashMap<usize, usize> = HashMap::new();
-                    let mut held_visitors = Vec::new();
+                    let mut held: Vec<Waiter> = Vec::new();
+                    let mut wanted: HashSet<usize> = HashSet::new();
                     for (w, slot) in batch.into_iter().zip(slots) {
                         match verdicts[slot] {
                             Some(v) => {
                                 let _ = w.reply.send(Ok(v));
                             }
                             None => {
-                                let at = *held_slot.entry(slot).or_insert_with(|| {
-                                    held_visitors.push(visitors[slot]);
-                                    held_visitors.len() - 1
-                                });
-                                held.push((w, at));
+                                wanted.insert(slot);
+                                held.push(w);
                             }
                         }
                     }
@@ -837,10 +840,9 @@ impl Inner {
                         // Off this drain: the global round trip must not hold
                         // up the region's next batch.
                         let inner = Arc::clone(&self);
+                        let wanted = wanted.len() as u64;
                         tokio::spawn(async move {
-                            inner
-                                .arrive_anywhere(policy, now, deadline, held_visitors, held)
-                                .await
+                            inner.arrive_anywhere(policy, now, wanted, held).await
                         });
                     }
                 }
@@ -924,39 +926,44 @@ impl Inner {
     }
 
     /// New visitors who found the region's slots used up: ask the global
-    /// store for Anywhere slots (one cross-region round trip), then decide
-    /// them again on the regional store: admitted within the raised grant,
-    /// else queued.
-    async fn arrive_anywhere(
+    /// store for Anywhere slots (one cross-region round trip), then put
+    /// them back in front of the room's arrivals, to be decided again by
+    /// the drain before anyone who came after them: admitted within the
+    /// raised grant, else queued. Deciding them anywhere else let the
+    /// region's next batches take the slots first and queue them (issue
+    /// 39). Held again (another instance of the region took the slots),
+    /// they ask again, up to `ANYWHERE_TRIES` calls; after a call that gave
+    /// nothing they are decided for good.
+    /// (Boxed: it starts a drain, which starts it.)
+    fn arrive_anywhere(
         self: Arc<Self>,
         policy: RoomPolicy,
         now: Millis,
-        deadline: i64,
-        visitors: Vec<VisitorId>,
-        held: Vec<(Waiter, usize)>,
-    ) {
-        if let Some(hook) = self.region.get().cloned() {
-            let store = RedisStore {
-                inner: Arc::clone(&self),
+        wanted: u64,
+        mut held: Vec<Waiter>,
+    ) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let given = match self.region.get().cloned() {
+                Some(hook) => {
+                    let store = RedisStore {
+                        inner: Arc::clone(&self),
+                    };
+                    hook.take(&store, &policy, wanted, now).await
+                }
+                None => 0,
             };
-            hook.take(&store, &policy, visitors.len() as u64, now).await;
-        }
-        let flags = Flags {
-            hold: false,
-            fresh: held.iter().all(|(w, _)| w.kind == Arrival::New),
-            unseen: held.iter().all(|(w, _)| w.kind != Arrival::Known),
-        };
-        let decided = self
-            .decide_arrivals(&policy, now, deadline, &visitors, flags)
-            .await;
-        for (w, at) in held {
-            let verdict = match &decided {
-                Ok(verdicts) => verdicts[at]
-                    .ok_or_else(|| StoreError::Protocol("arrive: held without asking".into())),
-                Err(e) => Err(e.again()),
-            };
-            let _ = w.reply.send(verdict);
-        }
+            for w in &mut held {
+                w.asked = if given == 0 {
+                    ANYWHERE_TRIES
+                } else {
+                    w.asked + 1
+                };
+            }
+            let (pending, lead) = self.arrivals.push_front(&policy.room, held);
+            if lead {
+                tokio::spawn(self.drain_arrivals(pending));
+            }
+        })
     }
 
     /// Asks Redis for a new description of `room`'s queue, writing the
@@ -1203,6 +1210,7 @@ impl RedisStore {
             kind,
             now: now_ms,
             deadline_us: self.inner.deadline_us(),
+            asked: 0,
             reply,
         };
         let (pending, lead) = self.inner.arrivals.push(&room.room, waiter);

@@ -26,8 +26,11 @@ pub trait Anywhere: Send + Sync + 'static {
     /// waiting ahead: ask the global store for up to `wanted` slots of the
     /// Anywhere pool and apply them to `store` (with
     /// [`RedisStore::region_apply`]). The visitors are then decided again
-    /// on the regional store, whatever this returns.
-    async fn take(&self, store: &RedisStore, room: &RoomPolicy, wanted: u64, now_ms: Millis);
+    /// on the regional store. Returns how many visitors the call gave room
+    /// for (slots, tokens, or both where the room has both limits): 0 when
+    /// it gave none or failed, and the visitors are then decided for good.
+    async fn take(&self, store: &RedisStore, room: &RoomPolicy, wanted: u64, now_ms: Millis)
+        -> u64;
 }
 
 /// What a region reports for one room at the start of a sync.

@@ -2,8 +2,12 @@
 -- Anywhere pool (the free remainder nobody's grant holds) for new
 -- visitors. They are added to the region's grant at once, so the sessions
 -- live in the regional store like any other (check-in, renewal, release
--- and expiry stay regional). None are given while another live region has
--- visitors waiting: they arrived first (I3).
+-- and expiry stay regional). The slots another live region's waiting
+-- visitors need (its queue at its last report) are kept for them: they
+-- arrived first (I3), and their region takes them at its next sync. (The
+-- pool was refused outright while any region had anyone waiting: one
+-- visitor queued in a small region then queued the big one's newcomers for
+-- a whole lease, issue 39.)
 -- KEYS[1] = wrg:{room}:regions
 -- ARGV: 1 now  2 region  3 limit  4 lease (ms)  5 slots wanted
 -- 6 the room's rate (0: none)
@@ -18,7 +22,7 @@ local wanted = tonumber(ARGV[5])
 local rate_limit = tonumber(ARGV[6] or '0')
 local granted, rgranted = 0, 0
 local me
-local blocked = false
+local waiting = 0
 local raw = redis.call('HGETALL', K)
 for i = 1, #raw, 2 do
     local r = decode(raw[i + 1])
@@ -26,18 +30,15 @@ for i = 1, #raw, 2 do
     rgranted = rgranted + r.rraised - r.rreturned
     if raw[i] == me_name then
         me = r
-    elseif now - (r.at or 0) <= lease and (r.queued or 0) > 0 then
-        blocked = true
+    elseif now - (r.at or 0) <= lease then
+        waiting = waiting + (r.queued or 0)
     end
 end
 me = me or decode('')
-local given = 0
+local given = math.max(0, math.min(wanted, limit - granted - waiting))
 local rgiven = 0
-if not blocked then
-    given = math.max(0, math.min(wanted, limit - granted))
-    if rate_limit > 0 then
-        rgiven = math.max(0, math.min(wanted, rate_limit - rgranted))
-    end
+if rate_limit > 0 then
+    rgiven = math.max(0, math.min(wanted, rate_limit - rgranted - waiting))
 end
 if given > 0 or rgiven > 0 then
     me.raised = me.raised + given

@@ -12,15 +12,17 @@ local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 
 -- One region's record: "raised returned active queued head traffic at
--- anywhere samples rraised rreturned window since recent" (integers but
--- traffic; samples "rank:seq,..."; not JSON, whose numbers keep only 14
--- digits and a seq has 15). rraised and rreturned are the admission-token
--- totals, kept like raised and returned (docs/regions.md, I2). since: the
--- region's first report (0 in records written before it was kept);
--- recent: its arrivals in the interval before its last report. A record
--- missing the last fields reads them as 0.
+-- anywhere samples rraised rreturned window since recent reported"
+-- (integers but traffic; samples "rank:seq,..."; not JSON, whose numbers
+-- keep only 14 digits and a seq has 15). rraised and rreturned are the
+-- admission-token totals, kept like raised and returned (docs/regions.md,
+-- I2). since: the region's first report (0 in records written before it
+-- was kept); recent: its arrivals in the interval before its last report;
+-- reported: its `anywhere` total at its last report (the Anywhere slots
+-- it took since are anywhere - reported). A record missing the last
+-- fields reads them as 0.
 local FIELDS = { 'raised', 'returned', 'active', 'queued', 'head', 'traffic', 'at', 'anywhere',
-    'samples', 'rraised', 'rreturned', 'window', 'since', 'recent' }
+    'samples', 'rraised', 'rreturned', 'window', 'since', 'recent', 'reported' }
 local function decode(text)
     local r, i = {}, 1
     r.samples = {}
@@ -48,7 +50,7 @@ local function encode(r)
     if samples == '' then
         samples = '-'
     end
-    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d %d %d', r.raised, r.returned,
-        r.active, r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised, r.rreturned,
-        r.window, r.since, r.recent)
+    return string.format('%d %d %d %d %d %.3f %d %d %s %d %d %d %d %d %d', r.raised,
+        r.returned, r.active, r.queued, r.head, r.traffic, r.at, r.anywhere, samples, r.rraised,
+        r.rreturned, r.window, r.since, r.recent, r.reported)
 end

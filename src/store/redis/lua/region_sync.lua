@@ -55,19 +55,25 @@ else
 end
 me.recent = arrivals
 me.at = now
+me.reported = me.anywhere
 
 local function live(r)
     return now - (r.at or 0) <= lease
 end
 
--- Slots in use: a live region's active sessions; a silent one's whole
--- grant (it may still be admitting within it).
+-- Slots in use: a live region's active sessions, and the Anywhere slots
+-- it took since it reported them (taken for newcomers, who are in: issue
+-- 39, where a region counted at the sessions it had a second ago while it
+-- had since drawn 50 slots from the pool let the other region raise its
+-- grant by that much and hold it idle); a silent one's whole grant (it
+-- may still be admitting within it).
 local granted, used = 0, 0
 for _, r in pairs(regions) do
     local g = (r.raised or 0) - (r.returned or 0)
     granted = granted + g
     if live(r) then
-        used = used + math.min(r.active or 0, g)
+        local taken = math.max(0, (r.anywhere or 0) - (r.reported or 0))
+        used = used + math.min((r.active or 0) + taken, g)
     else
         used = used + g
     end
@@ -238,7 +244,16 @@ local target = me.active + (alloc[me_name] or 0)
 
 local grant = me.raised - me.returned
 if target > grant then
-    local add = math.min(target - grant, limit - granted)
+    -- While nobody waits the pool floor stays free of grants too: `unused`
+    -- above counts the other regions' active sessions as they last
+    -- reported them, and slots they took from the pool since are in their
+    -- grants already (issue 39: the busy region's sync took the last slots
+    -- of the pool while the quiet one still needed them).
+    local room_left = limit - granted
+    if queued_total == 0 then
+        room_left = room_left - pool_floor
+    end
+    local add = math.min(target - grant, room_left)
     if add > 0 then
         me.raised = me.raised + add
         granted = granted + add
