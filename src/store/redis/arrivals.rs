@@ -53,25 +53,27 @@ impl Arrivals {
     /// Adds an arrival. Returns the room's queue, and whether the caller
     /// must start draining it (no call is out for the room).
     pub fn push(&self, room: &Arc<str>, waiter: Waiter) -> (Arc<Mutex<Pending>>, bool) {
-        let pending = Arc::clone(
-            self.rooms
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(Arc::clone(room))
-                .or_default(),
-        );
-        let lead = {
-            let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
-            p.waiting.push_back(waiter);
-            !std::mem::replace(&mut p.in_flight, true)
-        };
-        (pending, lead)
+        self.with_room(room, |waiting| waiting.push_back(waiter))
     }
 
     /// Puts arrivals back in front of the room's queue, in their order
     /// (held visitors back from the Anywhere pool go before anyone who
     /// came after them). Returns the same as [`Arrivals::push`].
     pub fn push_front(&self, room: &Arc<str>, waiters: Vec<Waiter>) -> (Arc<Mutex<Pending>>, bool) {
+        self.with_room(room, |waiting| {
+            for w in waiters.into_iter().rev() {
+                waiting.push_front(w);
+            }
+        })
+    }
+
+    /// Changes the room's waiting arrivals with `add`, and claims the
+    /// drain if no call is out for the room.
+    fn with_room(
+        &self,
+        room: &Arc<str>,
+        add: impl FnOnce(&mut VecDeque<Waiter>),
+    ) -> (Arc<Mutex<Pending>>, bool) {
         let pending = Arc::clone(
             self.rooms
                 .lock()
@@ -81,9 +83,7 @@ impl Arrivals {
         );
         let lead = {
             let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
-            for w in waiters.into_iter().rev() {
-                p.waiting.push_front(w);
-            }
+            add(&mut p.waiting);
             !std::mem::replace(&mut p.in_flight, true)
         };
         (pending, lead)
