@@ -227,7 +227,8 @@ end
 -- random, or up to another region's oldest waiter), at most the free room
 -- less `taken` (admissions this call already chose elsewhere): removed
 -- from `queue`, not yet admitted. Whoever stopped polling is dropped
--- instead; after `rounds` runs that each found someone gone, it stops.
+-- instead; after `rounds` runs that each found someone gone, it stops, and
+-- the second value is true: more may wait behind those it dropped.
 local function take_general(c, limit, taken, rounds)
     local method = c.p.method
     local k = c.k
@@ -238,7 +239,8 @@ local function take_general(c, limit, taken, rounds)
         refill(c, math.huge)
     end
     local chosen = {}
-    for _ = 1, rounds do
+    local cut_short = false
+    for round = 1, rounds do
         local want = math.min(free_room(c) - taken - #chosen, limit - #chosen)
         if want <= 0 then
             break
@@ -290,8 +292,9 @@ local function take_general(c, limit, taken, rounds)
         if #gone == 0 then
             break
         end
+        cut_short = round == rounds
     end
-    return chosen
+    return chosen, cut_short
 end
 
 -- Takes the first visitor of lane `lane` who still polls (dropping those
@@ -337,15 +340,23 @@ local function take_by_turns(c)
         if not lane then
             break
         end
-        local visitor
+        local visitor, cut_short
         if lane == 0 then
-            visitor = take_general(c, 1, #chosen, SWEEP_MAX)[1]
+            local taken
+            taken, cut_short = take_general(c, 1, #chosen, SWEEP_MAX)
+            visitor = taken[1]
         else
             visitor = take_lane(c, lane)
         end
         if visitor then
             chosen[#chosen + 1] = visitor
             t = after
+        elseif cut_short then
+            -- The general queue's turn, and the sweep ran out among those
+            -- who left: someone may still wait behind them. Giving the
+            -- turn to a lane would let it in ahead of its share; the next
+            -- call goes on.
+            break
         else
             -- Nobody left there (those counted had gone): not its turn.
             waiting[lane] = false
