@@ -29,14 +29,13 @@ use hyper::body::Incoming;
 
 use crate::body::{empty, Body};
 use crate::clock::Millis;
-use crate::config::Unmatched;
 use crate::proxy::headers::{self, X_FORWARDED_HOST};
 use crate::proxy::{sign::X_WAITROOM_SIGNATURE, X_WAITROOM_VISITOR};
 use crate::respond::{json, push_cookie, text};
 use crate::ticket::{Grant, Ticket};
 
 use super::pages::{self, Shown};
-use super::{Admitted, ConnInfo, Gate, Room};
+use super::{Admitted, ConnInfo, Gate, Outcome, Room};
 
 /// The room the decision was about (empty when none matched).
 pub const X_WAITROOM_ROOM: HeaderName = HeaderName::from_static("x-waitroom-room");
@@ -119,44 +118,32 @@ impl Gate {
                 return self.deny(None, Shown::Refused { host: false }, &headers, form, now)
             }
         };
-        let ctx = match self.context(&original, conn) {
-            Ok(ctx) => ctx,
+        let headers = original.headers();
+        let (ctx, outcome) = match self.outcome(&original, conn).await {
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "original request refused");
-                let host = matches!(super::refusal_text(why), crate::queue_page::Msg::BadHost);
-                return self.deny(None, Shown::Refused { host }, original.headers(), form, now);
+                let shown = match why {
+                    super::Unread::Connect => Shown::NotAllowed,
+                    super::Unread::Malformed(why) => Shown::Refused {
+                        host: matches!(super::refusal_text(why), crate::queue_page::Msg::BadHost),
+                    },
+                };
+                return self.deny(None, shown, headers, form, now);
             }
+            Ok(decided) => decided,
         };
-        let headers = original.headers();
-        if ctx
-            .canonical
-            .path()
-            .starts_with(self.reserved_prefix.as_str())
-        {
+        match outcome {
             // The daemon's own paths are reached directly, never through a decision.
-            return self.deny(None, Shown::NotFound, headers, form, ctx.now);
-        }
-        let key = ctx.canonical.match_key();
-        let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
-            return match self.unmatched {
-                Unmatched::Forward => self.let_in(None, None, ctx.now, "unmatched"),
-                Unmatched::NotFound => self.deny(None, Shown::NotFound, headers, form, ctx.now),
-            };
-        };
-        if room.bypasses(&key, ctx.canonical.path(), ctx.client, headers) {
-            return self.let_in(Some(&room), None, ctx.now, "bypass");
-        }
-        let decision = match self.ticket(&room, headers, &ctx).await {
-            Ok(d) => self.shown(&room, d, &ctx),
-            Err(e) => match self.store_failure(&room, &e) {
-                None => return self.let_in(Some(&room), None, ctx.now, "fail_open"),
-                Some(shown) => Ok(shown),
-            },
-        };
-        let decision = self.cleaned(&room, decision, original.method(), headers, &ctx);
-        match decision {
-            Err(admitted) => self.let_in(Some(&room), Some(admitted), ctx.now, "admitted"),
-            Ok(shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
+            Outcome::Own(_) | Outcome::NotFound => {
+                self.deny(None, Shown::NotFound, headers, form, ctx.now)
+            }
+            Outcome::Unmatched => self.let_in(None, None, ctx.now, "unmatched"),
+            Outcome::Bypass(room) => self.let_in(Some(&room), None, ctx.now, "bypass"),
+            Outcome::FailOpen(room) => self.let_in(Some(&room), None, ctx.now, "fail_open"),
+            Outcome::Admit(room, admitted) => {
+                self.let_in(Some(&room), Some(admitted), ctx.now, "admitted")
+            }
+            Outcome::Show(room, shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
         }
     }
 

@@ -16,11 +16,16 @@
 //!    the origin's `X-Waitroom-Command` carried out), or the queue page or
 //!    JSON, or a 503 / 429 page.
 //!
+//! The phases run in one function, `Gate::outcome`, which returns what
+//! they decided (`Outcome`); the reverse proxy (`Gate::phases`) and
+//! decision mode (`decide`) are its two sinks, so a rule added to a phase
+//! holds in both (`tests/one_pipeline.rs`).
+//!
 //! Every store call goes through the [`guard::StoreGuard`] (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 //!
-//! Around the phases, each in its own module: `decide` (the same phases
-//! asked by another proxy, decision mode), `own` (the daemon's own paths
+//! Around the phases, each in its own module: `decide` (decision mode's
+//! sink: another proxy asks), `own` (the daemon's own paths
 //! and the status JSON), `pages` (what is shown when nothing is
 //! forwarded, with the request's one [`pages::Reply`]), `tickets`,
 //! `limits`, `proof`, `schedule` and `eta` (what the phases consult),
@@ -208,6 +213,50 @@ enum Proof {
     CaptchaBusy,
 }
 
+/// Why phase 1 refused a request (nothing else was read).
+enum Unread {
+    /// CONNECT: a tunnel to an authority, which no origin of ours is.
+    Connect,
+    /// It has no canonical form.
+    Malformed(crate::canonical::Refusal),
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Connect => f.write_str("CONNECT"),
+            Unread::Malformed(why) => why.fmt(f),
+        }
+    }
+}
+
+/// What the phases decided for a request ([`Gate::outcome`]), for a
+/// sink to carry out: the reverse proxy forwards or renders
+/// ([`Gate::phases`]), decision mode answers the proxy that asked
+/// (`decide`).
+enum Outcome {
+    /// Under the reserved prefix (the rest of the canonical path).
+    Own(String),
+    /// No room matches, and `server.unmatched` forwards.
+    Unmatched,
+    /// No room matches, and `server.unmatched` answers 404.
+    NotFound,
+    /// A bypass of the room: let in without a ticket.
+    Bypass(Arc<Room>),
+    /// The store failed and `fail_mode` lets the request in unchecked.
+    FailOpen(Arc<Room>),
+    /// Let in, with its admission.
+    Admit(Arc<Room>, Admitted),
+    /// Not let in: what to show.
+    Show(Arc<Room>, Shown),
+}
+
+/// A ticket's answer: let in, or what to show.
+enum Answer {
+    In(Admitted),
+    Show(Shown),
+}
+
 /// An admitted visitor's request, on its way to the origin.
 struct Admitted {
     visitor: VisitorId,
@@ -375,9 +424,12 @@ impl Gate {
         resp
     }
 
+    /// The reverse proxy: runs the phases ([`Gate::outcome`]) and carries
+    /// out what they decided (forward, the daemon's own answer, or a page).
     async fn phases(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
-        // Phase 1: canonical. CONNECT asks for a tunnel to an authority,
-        // which no origin of ours is: it is never forwarded.
+        // CONNECT asks for a tunnel to an authority, which no origin of ours
+        // is, nor the daemon (the phases refuse it again for decision mode's
+        // original request).
         if req.method() == Method::CONNECT {
             let resp = method_not_allowed(Language::Auto.choose(req.headers()));
             return self.marked(resp, None, "refused");
@@ -386,77 +438,110 @@ impl Gate {
             let rest = rest.to_owned();
             return self.decide(req, conn, &rest).await;
         }
-        let ctx = match self.context(&req, conn) {
-            Ok(ctx) => ctx,
+        let (ctx, outcome) = match self.outcome(&req, conn).await {
             Err(why) => {
                 tracing::debug!(peer = %conn.peer, %why, "request refused");
-                let resp = bad_request(refusal_text(why), Language::Auto.choose(req.headers()));
+                let lang = Language::Auto.choose(req.headers());
+                let resp = match why {
+                    Unread::Connect => method_not_allowed(lang),
+                    Unread::Malformed(why) => bad_request(refusal_text(why), lang),
+                };
                 return self.marked(resp, None, "refused");
             }
+            Ok(decided) => decided,
         };
-
-        // Phase 2: route.
-        if let Some(rest) = ctx
-            .canonical
-            .path()
-            .strip_prefix(self.reserved_prefix.as_str())
-        {
-            let resp = self.reserved(&req, rest, &ctx).await;
-            return self.marked(resp, None, "own");
-        }
-        let key = ctx.canonical.match_key();
-        let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
-            return match self.unmatched {
-                Unmatched::Forward => {
-                    let upgrades = self.unmatched_upgrades;
-                    let resp = self.forward(req, &ctx, None, None, upgrades).await;
-                    self.marked(resp, None, "unmatched")
-                }
-                Unmatched::NotFound => {
-                    let resp = not_found(Language::Auto.choose(req.headers()));
-                    self.marked(resp, None, "not_found")
-                }
-            };
-        };
-
-        // Phase 3: bypass.
-        if room.bypasses(&key, ctx.canonical.path(), ctx.client, req.headers()) {
-            let upgrades = room.config.bypass_upgrades;
-            let resp = self.forward(req, &ctx, Some(&room), None, upgrades).await;
-            return self.marked(resp, Some(&room), "bypass");
-        }
-
-        // Phase 4: ticket.
-        let decision = match self.ticket(&room, req.headers(), &ctx).await {
-            Ok(d) => self.shown(&room, d, &ctx),
-            Err(e) => match self.store_failure(&room, &e) {
-                None => {
-                    let resp = self.forward(req, &ctx, Some(&room), None, true).await;
-                    return self.marked(resp, Some(&room), "fail_open");
-                }
-                Some(shown) => Ok(shown),
-            },
-        };
-
-        // Phase 5: respond. A proof or captcha cookie the request carried
-        // was spent (or refused): expired, unless it is to be handed in again.
+        // A proof or captcha cookie the request carried was spent (or
+        // refused): expired, unless it is to be handed in again.
         let spent = proof::Spent::of(req.headers());
-        let decision = self.cleaned(&room, decision, req.method(), req.headers(), &ctx);
-        match decision {
-            Err(admitted) => {
+        match outcome {
+            Outcome::Own(rest) => {
+                let resp = self.reserved(&req, &rest, &ctx).await;
+                self.marked(resp, None, "own")
+            }
+            Outcome::Unmatched => {
+                let upgrades = self.unmatched_upgrades;
+                let resp = self.forward(req, &ctx, None, None, upgrades).await;
+                self.marked(resp, None, "unmatched")
+            }
+            Outcome::NotFound => {
+                let resp = not_found(Language::Auto.choose(req.headers()));
+                self.marked(resp, None, "not_found")
+            }
+            Outcome::Bypass(room) => {
+                let upgrades = room.config.bypass_upgrades;
+                let resp = self.forward(req, &ctx, Some(&room), None, upgrades).await;
+                self.marked(resp, Some(&room), "bypass")
+            }
+            Outcome::FailOpen(room) => {
+                let resp = self.forward(req, &ctx, Some(&room), None, true).await;
+                self.marked(resp, Some(&room), "fail_open")
+            }
+            Outcome::Admit(room, admitted) => {
                 let mut resp = self
                     .forward(req, &ctx, Some(&room), Some(admitted), true)
                     .await;
                 spent.expire(&mut resp);
                 self.marked(resp, Some(&room), "admitted")
             }
-            Ok(shown) => {
+            Outcome::Show(room, shown) => {
                 let mut resp = self.show(Some(&room), &shown, req.headers(), ctx.now);
                 if !matches!(shown, Shown::CaptchaBusy { .. }) {
                     spent.expire(&mut resp);
                 }
                 self.marked(resp, Some(&room), shown.outcome())
             }
+        }
+    }
+
+    /// The phases, for the reverse proxy and decision mode alike (`req` is
+    /// the request itself, or the original request a proxy described):
+    /// written once, so a rule added to a phase holds in both modes.
+    ///
+    /// Phase 1, canonical ([`Gate::context`]), then [`Gate::route`]:
+    /// the reserved prefix, the room or none, bypass, ticket (or the
+    /// store's failure policy), and let in or what to show.
+    async fn outcome<'c, B>(
+        &self,
+        req: &Request<B>,
+        conn: &'c ConnInfo,
+    ) -> Result<(Ctx<'c>, Outcome), Unread> {
+        if req.method() == Method::CONNECT {
+            return Err(Unread::Connect);
+        }
+        let ctx = self.context(req, conn).map_err(Unread::Malformed)?;
+        let outcome = self.route(req.method(), req.headers(), &ctx).await;
+        Ok((ctx, outcome))
+    }
+
+    /// Phases 2 to 5 of [`Gate::outcome`]: 2. route (the reserved prefix,
+    /// the room, or none); 3. bypass; 4. ticket, or the store's failure
+    /// policy; 5. let in, or what to show (a browser that brought the
+    /// daemon's own parameters is sent on without them).
+    async fn route(&self, method: &Method, headers: &HeaderMap, ctx: &Ctx<'_>) -> Outcome {
+        let path = ctx.canonical.path();
+        if let Some(rest) = path.strip_prefix(self.reserved_prefix.as_str()) {
+            return Outcome::Own(rest.to_owned());
+        }
+        let key = ctx.canonical.match_key();
+        let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
+            return match self.unmatched {
+                Unmatched::Forward => Outcome::Unmatched,
+                Unmatched::NotFound => Outcome::NotFound,
+            };
+        };
+        if room.bypasses(&key, path, ctx.client, headers) {
+            return Outcome::Bypass(room);
+        }
+        let answer = match self.ticket(&room, headers, ctx).await {
+            Ok(d) => self.shown(&room, d, ctx),
+            Err(e) => match self.store_failure(&room, &e) {
+                None => return Outcome::FailOpen(room),
+                Some(shown) => Answer::Show(shown),
+            },
+        };
+        match self.cleaned(&room, answer, method, headers, ctx) {
+            Answer::In(admitted) => Outcome::Admit(room, admitted),
+            Answer::Show(shown) => Outcome::Show(room, shown),
         }
     }
 
@@ -481,9 +566,9 @@ impl Gate {
     }
 
     /// What a decision shows the visitor, or the admitted visitor to let in.
-    fn shown(&self, room: &Room, decision: Decision, ctx: &Ctx<'_>) -> Result<Shown, Admitted> {
-        Ok(match decision {
-            Decision::Forward(admitted) => return Err(admitted),
+    fn shown(&self, room: &Room, decision: Decision, ctx: &Ctx<'_>) -> Answer {
+        Answer::Show(match decision {
+            Decision::Forward(admitted) => return Answer::In(admitted),
             Decision::Queued { place, ticket } => Shown::Queue {
                 seq: place.seq,
                 position: place.position,
@@ -537,6 +622,7 @@ impl Gate {
             return match shown {
                 Shown::Refused { host: true } => bad_request(Msg::BadHost, lang),
                 Shown::Refused { host: false } => bad_request(Msg::BadAddress, lang),
+                Shown::NotAllowed => method_not_allowed(lang),
                 _ => not_found(lang),
             };
         };
@@ -597,7 +683,9 @@ impl Gate {
                 pages::too_many_arrivals(Duration::from_millis(*ms), &reply)
             }
             Shown::Unavailable | Shown::Shed => pages::store_unavailable(room, &reply),
-            Shown::Refused { .. } | Shown::NotFound => self.render(None, shown, headers, now),
+            Shown::Refused { .. } | Shown::NotFound | Shown::NotAllowed => {
+                self.render(None, shown, headers, now)
+            }
         }
     }
 

@@ -127,6 +127,8 @@ pub enum Shown {
         host: bool,
     },
     NotFound,
+    /// A method no origin of ours takes (CONNECT): 405.
+    NotAllowed,
 }
 
 impl Shown {
@@ -152,6 +154,7 @@ impl Shown {
             },
             (_, Shown::TokenRefused { .. }) => StatusCode::FORBIDDEN,
             (_, Shown::Refused { .. }) => StatusCode::BAD_REQUEST,
+            (_, Shown::NotAllowed) => StatusCode::METHOD_NOT_ALLOWED,
             _ => StatusCode::NOT_FOUND,
         }
     }
@@ -169,7 +172,7 @@ impl Shown {
             Shown::TooManyArrivals { .. } => "too_many_arrivals",
             Shown::Unavailable => "unavailable",
             Shown::Shed => "shed",
-            Shown::Refused { .. } => "refused",
+            Shown::Refused { .. } | Shown::NotAllowed => "refused",
             Shown::NotFound => "not_found",
         }
     }

@@ -10,7 +10,7 @@
 use http::{HeaderMap, Method};
 
 use super::pages::{Reply, Shown};
-use super::{Admitted, Ctx, Gate, Room};
+use super::{Answer, Ctx, Gate, Room};
 
 impl Gate {
     /// `decision` for a request of `room`, or the redirect to its address
@@ -19,12 +19,12 @@ impl Gate {
     pub(super) fn cleaned(
         &self,
         room: &Room,
-        decision: Result<Shown, Admitted>,
+        decision: Answer,
         method: &Method,
         headers: &HeaderMap,
         ctx: &Ctx<'_>,
-    ) -> Result<Shown, Admitted> {
-        if !matches!(decision, Err(_) | Ok(Shown::Queue { .. })) {
+    ) -> Answer {
+        if !matches!(decision, Answer::In(_) | Answer::Show(Shown::Queue { .. })) {
             return decision;
         }
         let Some(to) = ctx.canonical.without_own_params() else {
@@ -34,13 +34,13 @@ impl Gate {
             return decision;
         }
         let cookie = match decision {
-            Err(admitted) => admitted
+            Answer::In(admitted) => admitted
                 .ticket
                 .map(|t| self.tickets.set_cookie(room, &t, ctx.now)),
-            Ok(Shown::Queue { cookie, .. }) => Some(cookie),
+            Answer::Show(Shown::Queue { cookie, .. }) => Some(cookie),
             other => return other,
         };
-        Ok(Shown::Clean {
+        Answer::Show(Shown::Clean {
             to: to.to_string(),
             cookie,
             keep_method: !matches!(*method, Method::GET | Method::HEAD),
