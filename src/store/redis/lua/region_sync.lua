@@ -73,10 +73,12 @@ for _, r in pairs(regions) do
     granted = granted + g
     if live(r) then
         local taken = math.max(0, (r.anywhere or 0) - (r.reported or 0))
-        used = used + math.min((r.active or 0) + taken, g)
+        r.used = math.min((r.active or 0) + taken, g)
     else
-        used = used + g
+        r.used = g
     end
+    r.grant = g
+    used = used + r.used
 end
 local unused = math.max(0, limit - used)
 
@@ -223,15 +225,28 @@ local demand_intervals = DEMAND_INTERVALS
 if warming then
     demand_intervals = 1
 end
+-- The slots a region may hold idle for its own newcomers come out of what
+-- no other region holds: another region's grant counts in full here, not
+-- at its reported sessions. A busy region fills its grant within the
+-- interval after it reported (45 newcomers a second against sessions a
+-- second old), so counted at its report the quiet region was given a
+-- traffic share of slots the busy one was already using, held 6-7 of them
+-- idle while the busy region queued at 94 of 100 (issue 39, daemon drill
+-- with the split reversed).
+local function spare_for(r)
+    local free = limit - (granted - r.grant) - r.used
+    return math.max(0, math.min(free - math.floor(free * reserve / 1000), free - pool_floor))
+end
 if share > 0 then
     for _, name in ipairs(names) do
         local r = regions[name]
         local traffic = r.traffic or 0
         local a
+        local spare = math.min(share, spare_for(r))
         if total > 0 then
-            a = math.floor(share * traffic / total)
+            a = math.floor(spare * traffic / total)
         else
-            a = math.floor(share / #names)
+            a = math.floor(spare / #names)
         end
         if total > 0 or warming then
             local need = math.min(traffic, r.recent or 0)
@@ -271,11 +286,17 @@ if rate_limit > 0 then
     if queued_total == 0 then
         rshare = runused - math.floor(runused * reserve / 1000)
     end
+    -- While anyone waits, the tokens follow the queues' slots; otherwise
+    -- each region's traffic. (The idle slots a region may hold are few
+    -- near full, 0 for a quiet one: weighted by those, a quiet region was
+    -- left no token of its own, every one of its newcomers needed a token
+    -- from the pool, and the pool was empty while the busy region held the
+    -- rest: its newcomers queued with slots free, issue 39.)
     local weight, weights = 0, 0
     for _, name in ipairs(names) do
         weights = weights + alloc[name]
     end
-    if weights > 0 then
+    if queued_total > 0 and weights > 0 then
         weight = (alloc[me_name] or 0) / weights
     elseif total > 0 then
         weight = (me.traffic or 0) / total
