@@ -6,10 +6,10 @@
 //! per arrival, and as the ratio to a plain arrival measured in the same
 //! run. Variants, as `gate::new_visitor` calls the store:
 //!
-//! * `plain`: `arrive_new` (a fresh id), a room without lanes;
+//! * `plain`: `Arrival::New` (a fresh id), a room without lanes;
 //! * `plain, room with lanes`: the same in a room with two lanes (its
 //!   promotion takes turns);
-//! * `lane code`: a single-use code noted once, then `arrive_in` its lane;
+//! * `lane code`: a single-use code noted once, then `Arrival::Known` in its lane;
 //! * `token`: the token's `jti`, its networks and its `sub` noted, then
 //!   `arrive` under the member's id;
 //! * `token + lane claim`: the same, into the claimed lane;
@@ -33,7 +33,9 @@ use redis_server::RedisServer;
 use waitroom::clock::{Clock, SystemClock};
 use waitroom::domain::digest64;
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{Lanes, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{
+    Arrival, Lanes, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+};
 
 /// Arrivals in flight at once (the daemon gathers concurrent ones).
 const CONCURRENCY: usize = 64;
@@ -140,7 +142,9 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
     };
     let verdict = match v {
         Variant::Plain | Variant::PlainWithLanes => {
-            store.arrive_new(p, VisitorId::random(), now).await
+            store
+                .arrive(p, VisitorId::random(), 0, Arrival::New, now)
+                .await
         }
         Variant::LaneCode => {
             let code = digest64(&format!("code-{i}"));
@@ -149,7 +153,9 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
                 .await
                 .unwrap();
             assert_eq!(noted.added, 1);
-            store.arrive_new_in(p, VisitorId::random(), 1, now).await
+            store
+                .arrive(p, VisitorId::random(), 1, Arrival::New, now)
+                .await
         }
         Variant::Token | Variant::TokenLane | Variant::TokenAgain => {
             let id = member(i);
@@ -171,9 +177,9 @@ async fn arrive(store: &RedisStore, p: &RoomPolicy, v: Variant, i: u64, now: u64
             // A sub new to the room: the tail is not read for it; one
             // seen before is looked for everywhere (here it holds nothing).
             match v {
-                Variant::TokenLane => store.arrive_unseen(p, id, 1, now).await,
-                Variant::TokenAgain => store.arrive(p, id, now).await,
-                _ => store.arrive_unseen(p, id, 0, now).await,
+                Variant::TokenLane => store.arrive(p, id, 1, Arrival::Unseen, now).await,
+                Variant::TokenAgain => store.arrive(p, id, 0, Arrival::Known, now).await,
+                _ => store.arrive(p, id, 0, Arrival::Unseen, now).await,
             }
         }
     };
@@ -198,7 +204,7 @@ async fn run(server: &RedisServer, store: &RedisStore, v: Variant, n: u64, round
     let now = SystemClock.now_ms();
     // The room is full: every arrival in the run queues.
     store
-        .arrive_new(&p, VisitorId::random(), now)
+        .arrive(&p, VisitorId::random(), 0, Arrival::New, now)
         .await
         .unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use redis_server::RedisServer;
 use waitroom::clock::{Clock, SystemClock};
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{Arrival, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -116,7 +116,7 @@ async fn fill(store: &RedisStore, n: u64) -> Vec<(u64, u64)> {
         let now = SystemClock.now_ms();
         let verdicts = futures_util::future::join_all((i..end).map(|k| {
             let (store, policy) = (store.clone(), Arc::clone(&policy));
-            async move { (k, store.arrive_new(&policy, vid(k), now).await) }
+            async move { (k, store.arrive(&policy, vid(k), 0, Arrival::New, now).await) }
         }))
         .await;
         for (k, v) in verdicts {
@@ -186,7 +186,7 @@ async fn poll_run(
             let mut sample = None;
             for j in first..first + per_tick {
                 let (k, seq) = queued[(j % queued.len() as u64) as usize];
-                if let Ok(v) = store.poll(&policy, vid(k), seq, now).await {
+                if let Ok(v) = store.poll(&policy, vid(k), 0, seq, now).await {
                     answered.fetch_add(1, Ordering::Relaxed);
                     if j % 997 == 0 {
                         if let Verdict::Queued(p) = v {

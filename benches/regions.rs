@@ -34,7 +34,7 @@ use waitroom::config::RegionConfig;
 use waitroom::region::Region;
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{
-    seq_arrival_ms, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+    seq_arrival_ms, Arrival, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
 };
 
 const REGIONS: usize = 3;
@@ -304,7 +304,7 @@ async fn run(mode: Mode, scenario: Scenario, round: usize) -> Outcome {
                     let store = &setup.stores[r];
                     let now = clock.now_ms();
                     let t0 = Instant::now();
-                    let verdict = store.arrive(&room, visitor, now).await;
+                    let verdict = store.arrive(&room, visitor, 0, Arrival::Known, now).await;
                     let us = t0.elapsed().as_micros() as u64;
                     let place = match verdict {
                         Ok(Verdict::Admitted { .. }) => {
@@ -338,7 +338,7 @@ async fn run(mode: Mode, scenario: Scenario, round: usize) -> Outcome {
                         tokio::time::sleep(POLL).await;
                         let now = clock.now_ms();
                         if let Ok(Verdict::Admitted { session_expires_ms }) =
-                            store.poll(&room, visitor, place.seq, now).await
+                            store.poll(&room, visitor, 0, place.seq, now).await
                         {
                             record.lock().unwrap().admissions.push(Admission {
                                 region: r,

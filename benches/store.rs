@@ -12,7 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use futures_util::FutureExt;
 use waitroom::clock::Millis;
 use waitroom::store::memory::MemoryStore;
-use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{Arrival, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 const T0: Millis = 1_800_000_000_000;
 
@@ -54,7 +54,7 @@ fn blocked_room(store: &MemoryStore, room: &str) -> RoomPolicy {
     let mut p = policy(room);
     p.total_active_users = 1;
     p.session_duration_ms = 86_400_000;
-    run(store.arrive(&p, vid(u64::MAX), T0)).unwrap();
+    run(store.arrive(&p, vid(u64::MAX), 0, Arrival::Known, T0)).unwrap();
     p
 }
 
@@ -66,13 +66,13 @@ fn arrive(c: &mut Criterion) {
     // live sessions, each arrival also expiring about one.
     let store = MemoryStore::new();
     let p = policy("admit");
-    let first = run(store.arrive(&p, vid(0), T0)).unwrap();
+    let first = run(store.arrive(&p, vid(0), 0, Arrival::Known, T0)).unwrap();
     assert!(matches!(first, Verdict::Admitted { .. }), "{first:?}");
     let mut i = 0u64;
     g.bench_function("admit", |b| {
         b.iter(|| {
             i += 1;
-            run(store.arrive(&p, vid(i), T0 + i / 16)).unwrap()
+            run(store.arrive(&p, vid(i), 0, Arrival::Known, T0 + i / 16)).unwrap()
         })
     });
 
@@ -81,13 +81,13 @@ fn arrive(c: &mut Criterion) {
     let store = MemoryStore::new();
     let mut p = blocked_room(&store, "enqueue");
     p.session_duration_ms = 1_000;
-    let first = run(store.arrive(&p, vid(0), T0)).unwrap();
+    let first = run(store.arrive(&p, vid(0), 0, Arrival::Known, T0)).unwrap();
     assert!(matches!(first, Verdict::Queued(_)), "{first:?}");
     let mut i = 0u64;
     g.bench_function("enqueue", |b| {
         b.iter(|| {
             i += 1;
-            run(store.arrive(&p, vid(i), T0 + i / 16)).unwrap()
+            run(store.arrive(&p, vid(i), 0, Arrival::Known, T0 + i / 16)).unwrap()
         })
     });
     g.finish();
@@ -102,7 +102,7 @@ fn poll(c: &mut Criterion) {
         p.abandon_after_ms = 3_600_000;
         let mut seqs = Vec::with_capacity(n as usize);
         for i in 0..n {
-            match run(store.arrive(&p, vid(i), T0)).unwrap() {
+            match run(store.arrive(&p, vid(i), 0, Arrival::Known, T0)).unwrap() {
                 Verdict::Queued(place) => seqs.push(place.seq),
                 other => panic!("expected a queue place, got {other:?}"),
             }
@@ -113,7 +113,7 @@ fn poll(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("scattered", n), &n, |b, &n| {
             b.iter(|| {
                 k = (k + 7_919) % n;
-                run(store.poll(&p, vid(k), seqs[k as usize], T0 + 1)).unwrap()
+                run(store.poll(&p, vid(k), 0, seqs[k as usize], T0 + 1)).unwrap()
             })
         });
         // 256 visitors spread through the queue, polled in turn: their
@@ -124,7 +124,7 @@ fn poll(c: &mut Criterion) {
             b.iter(|| {
                 j = (j + 1) % 256;
                 let k = j * stride;
-                run(store.poll(&p, vid(k), seqs[k as usize], T0 + 2)).unwrap()
+                run(store.poll(&p, vid(k), 0, seqs[k as usize], T0 + 2)).unwrap()
             })
         });
     }

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use redis_server::RedisServer;
 use waitroom::clock::{Clock, SystemClock};
 use waitroom::store::redis::{Options, RedisStore, Target};
-use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{
+    Arrival, End, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+};
 
 const BATCH: usize = 1000;
 
@@ -136,7 +138,11 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     fill(n, |i| {
         let (p, seqs) = (&queued, &seqs);
         async move {
-            match store.arrive(p, vid(i), now).await.expect("arrive") {
+            match store
+                .arrive(p, vid(i), 0, Arrival::Known, now)
+                .await
+                .expect("arrive")
+            {
                 Verdict::Queued(q) => seqs.lock().await.push((i, q.seq)),
                 v => panic!("not queued: {v:?}"),
             }
@@ -162,7 +168,7 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
     fill(n, |i| {
         let (p, (v, seq)) = (&queued, seqs[i as usize]);
         async move {
-            let verdict = store.poll(p, vid(v), seq, now).await.expect("poll");
+            let verdict = store.poll(p, vid(v), 0, seq, now).await.expect("poll");
             assert!(matches!(verdict, Verdict::Queued(_)));
         }
     })
@@ -178,7 +184,7 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
 
     // Sessions made one at a time (`arrive`: promotion, renewal and
     // visitors who may have been seen before take this path) and those of
-    // newcomers admitted together (`arrive_new`, the daemon's path: one
+    // newcomers admitted together (`Arrival::New`, the daemon's path: one
     // `batches` entry per call).
     for (what, fresh) in [("one at a time", false), ("admitted together", true)] {
         let _: () = server.cmd(&["FLUSHALL"]);
@@ -193,9 +199,9 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
             async move {
                 let at = now + i / 64;
                 let v = if fresh {
-                    store.arrive_new(p, vid(i), at).await
+                    store.arrive(p, vid(i), 0, Arrival::New, at).await
                 } else {
-                    store.arrive(p, vid(i), at).await
+                    store.arrive(p, vid(i), 0, Arrival::Known, at).await
                 };
                 match v.expect("arrive") {
                     Verdict::Admitted { session_expires_ms } if vid(i) == revoked => {
@@ -222,12 +228,14 @@ async fn memory(server: &RedisServer, store: &RedisStore, n: u64) {
         // A release without a ticket (the admin API's) reads every batch;
         // the origin's revoke looks its session up by its ticket's expiry.
         let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
-        let released = store.release(&active, vid(n / 2), now).await;
+        let released = store.end(&active, vid(n / 2), End::Release, now).await;
         let (_, (_, usec)) = commandstats(server);
         assert!(released.expect("release"));
         let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
         let expires = revoked_expiry.load(Ordering::Relaxed);
-        let ended = store.end_session(&active, revoked, expires, now).await;
+        let ended = store
+            .end(&active, revoked, End::Session(expires), now)
+            .await;
         let (_, (_, revoke_usec)) = commandstats(server);
         assert!(ended.expect("end_session"));
         println!(
@@ -244,7 +252,10 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     // Warm-up loads every script, and fills the room so the next arrivals queue.
     let mut seqs = Vec::new();
     for i in 0..k {
-        store.arrive(&p, vid(i), now).await.expect("arrive");
+        store
+            .arrive(&p, vid(i), 0, Arrival::Known, now)
+            .await
+            .expect("arrive");
     }
     let report = |what: &str, server: &RedisServer| {
         let ((calls, usec), (scripts, script_usec)) = commandstats(server);
@@ -258,7 +269,11 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     };
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     for i in k..2 * k {
-        match store.arrive_new(&p, vid(i), now).await.expect("arrive") {
+        match store
+            .arrive(&p, vid(i), 0, Arrival::New, now)
+            .await
+            .expect("arrive")
+        {
             Verdict::Queued(q) => seqs.push((i, q.seq)),
             other => panic!("expected a queue place, got {other:?}"),
         }
@@ -266,14 +281,18 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     report("arrive (queued)", server);
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     for &(i, seq) in &seqs {
-        store.poll(&p, vid(i), seq, now + 1).await.expect("poll");
+        store.poll(&p, vid(i), 0, seq, now + 1).await.expect("poll");
     }
     report("poll (still queued)", server);
     // The same polls of places in the tail (past the head's 2,000 places),
     // what a head kept as the tail's first members would cost every poll.
     let mut tail = Vec::new();
     for i in 2 * k..2 * k + 2_000 {
-        if let Verdict::Queued(q) = store.arrive_new(&p, vid(i), now).await.expect("arrive") {
+        if let Verdict::Queued(q) = store
+            .arrive(&p, vid(i), 0, Arrival::New, now)
+            .await
+            .expect("arrive")
+        {
             if i >= 2 * k + 1_000 {
                 tail.push((i, q.seq));
             }
@@ -281,7 +300,7 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     }
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     for &(i, seq) in &tail {
-        store.poll(&p, vid(i), seq, now + 1).await.expect("poll");
+        store.poll(&p, vid(i), 0, seq, now + 1).await.expect("poll");
     }
     report("poll (still queued, in the tail)", server);
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -294,10 +313,16 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     report("check_in (renewed)", server);
     let _: () = server.cmd(&["FLUSHALL"]);
     let open = room("cmds-open", 0);
-    store.arrive(&open, vid(0), now).await.expect("arrive");
+    store
+        .arrive(&open, vid(0), 0, Arrival::Known, now)
+        .await
+        .expect("arrive");
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     for i in 1..=k {
-        store.arrive_new(&open, vid(i), now).await.expect("arrive");
+        store
+            .arrive(&open, vid(i), 0, Arrival::New, now)
+            .await
+            .expect("arrive");
     }
     report("arrive (admitted)", server);
     // Newcomers admitted together (their sessions one `batches` entry per
@@ -309,7 +334,9 @@ async fn commands_per_op(server: &RedisServer, store: &RedisStore) {
     fill(k, |i| {
         let (open, expiries) = (&open, &expiries);
         async move {
-            let v = store.arrive_new(open, vid(i), now + i / 64).await;
+            let v = store
+                .arrive(open, vid(i), 0, Arrival::New, now + i / 64)
+                .await;
             match v.expect("arrive") {
                 Verdict::Admitted { session_expires_ms } => {
                     expiries.lock().unwrap().push((i, session_expires_ms))
@@ -525,7 +552,7 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     let admitted = measured(server, secs, move |i| {
         let (s, p) = (Arc::clone(&s), Arc::clone(&open));
         async move {
-            s.arrive_new(&p, vid(i), SystemClock.now_ms())
+            s.arrive(&p, vid(i), 0, Arrival::New, SystemClock.now_ms())
                 .await
                 .expect("arrive");
         }
@@ -536,13 +563,19 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     let s = Arc::clone(&store);
     let full = Arc::new(room("tp-full", 1));
     store
-        .arrive(&full, vid(u64::MAX), SystemClock.now_ms())
+        .arrive(
+            &full,
+            vid(u64::MAX),
+            0,
+            Arrival::Known,
+            SystemClock.now_ms(),
+        )
         .await
         .expect("arrive");
     let queued = measured(server, secs, move |i| {
         let (s, p) = (Arc::clone(&s), Arc::clone(&full));
         async move {
-            s.arrive_new(&p, vid(i), SystemClock.now_ms())
+            s.arrive(&p, vid(i), 0, Arrival::New, SystemClock.now_ms())
                 .await
                 .expect("arrive");
         }
@@ -577,7 +610,11 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
     fill(n, |i| {
         let (p, seqs, store) = (&paused, Arc::clone(&seqs), &store);
         async move {
-            if let Verdict::Queued(q) = store.arrive(p, vid(i), now).await.expect("arrive") {
+            if let Verdict::Queued(q) = store
+                .arrive(p, vid(i), 0, Arrival::Known, now)
+                .await
+                .expect("arrive")
+            {
                 seqs.lock().await.push((i, q.seq));
             }
         }
@@ -590,7 +627,7 @@ async fn throughput(server: &RedisServer, store: Arc<RedisStore>, n: u64, secs: 
         let (s, p, seqs) = (Arc::clone(&s), Arc::clone(&paused), Arc::clone(&seqs));
         async move {
             let (v, seq) = seqs[(i as usize * 7919) % seqs.len()];
-            s.poll(&p, vid(v), seq, SystemClock.now_ms())
+            s.poll(&p, vid(v), 0, seq, SystemClock.now_ms())
                 .await
                 .expect("poll");
         }
@@ -778,7 +815,11 @@ async fn replica_acks(rounds: usize, secs: u64, n: u64) {
     fill(n, |i| {
         let (p, seqs, store) = (&paused, Arc::clone(&seqs), &stores[0]);
         async move {
-            if let Verdict::Queued(q) = store.arrive(p, vid(i), now).await.expect("arrive") {
+            if let Verdict::Queued(q) = store
+                .arrive(p, vid(i), 0, Arrival::Known, now)
+                .await
+                .expect("arrive")
+            {
                 seqs.lock().await.push((i, q.seq));
             }
         }
@@ -796,7 +837,7 @@ async fn replica_acks(rounds: usize, secs: u64, n: u64) {
             let admitted = measured(&primary, secs, move |i| {
                 let (s, p) = (Arc::clone(&s), Arc::clone(&open_room));
                 async move {
-                    s.arrive_new(&p, vid(from + i), SystemClock.now_ms())
+                    s.arrive(&p, vid(from + i), 0, Arrival::New, SystemClock.now_ms())
                         .await
                         .expect("arrive");
                 }
@@ -808,7 +849,7 @@ async fn replica_acks(rounds: usize, secs: u64, n: u64) {
                 let (s, p, sq) = (Arc::clone(&s), Arc::clone(&p), Arc::clone(&sq));
                 async move {
                     let (v, seq) = sq[(i as usize * 7919) % sq.len()];
-                    s.poll(&p, vid(v), seq, SystemClock.now_ms())
+                    s.poll(&p, vid(v), 0, seq, SystemClock.now_ms())
                         .await
                         .expect("poll");
                 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use browser::{Browser, Options};
 use support::{from_origin, Harness};
-use waitroom::store::VisitorId;
+use waitroom::store::{End, VisitorId};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -34,7 +34,7 @@ async fn admit(h: &Harness) -> (reqwest::Client, VisitorId) {
 async fn release(h: &Harness, id: VisitorId) {
     assert!(h
         .store()
-        .release(&h.policy(), id, h.clock_now())
+        .end(&h.policy(), id, End::Release, h.clock_now())
         .await
         .unwrap());
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use browser::{Browser, Options};
 use support::{Harness, T0};
+use waitroom::store::End;
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -415,7 +416,7 @@ async fn time_in_queue_median_and_90th_percentile() {
             .advance(Duration::from_millis(T0 + wait * 1000 - h.clock_now()));
         assert!(h
             .store()
-            .release(&h.policy(), holder, h.clock_now())
+            .end(&h.policy(), holder, End::Release, h.clock_now())
             .await
             .unwrap());
         assert_eq!(h.status(v).await["state"], "admitted", "after {wait} s");

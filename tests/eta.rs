@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::{admitted_id, from_origin, Harness};
-use waitroom::store::VisitorId;
+use waitroom::store::{End, VisitorId};
 
 struct Visitor {
     client: reqwest::Client,
@@ -57,7 +57,7 @@ async fn in_a_steady_queue_the_estimate_is_within_a_quarter_of_the_real_wait() {
         }
         for id in checkouts.remove(&t).unwrap_or_default() {
             h.store()
-                .release(&h.policy(), id, h.clock_now())
+                .end(&h.policy(), id, End::Release, h.clock_now())
                 .await
                 .unwrap();
         }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::{admitted_id, from_origin, Harness};
-use waitroom::store::VisitorId;
+use waitroom::store::{End, VisitorId};
 
 struct Visitor {
     client: reqwest::Client,
@@ -93,7 +93,7 @@ async fn in_a_flash_crowd_the_first_estimate_is_within_a_quarter_of_the_real_wai
         }
         for id in departures.remove(&t).unwrap_or_default() {
             h.store()
-                .release(&h.policy(), id, h.clock_now())
+                .end(&h.policy(), id, End::Release, h.clock_now())
                 .await
                 .unwrap();
         }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use redis_server::{RedisServer, Sentinel};
 use support::{from_origin, Harness};
 use waitroom::config::{Backend, FailMode, SentinelConfig};
+use waitroom::store::Arrival;
 
 const LIMIT: u64 = 40;
 
@@ -393,7 +394,11 @@ async fn cluster_drill(acks: u32) -> ClusterDrill {
     let t0 = 1_800_000_000_000;
     let mut sessions = Vec::new();
     for i in 0..25 {
-        match store.arrive(&policy, vid(i), t0).await.unwrap() {
+        match store
+            .arrive(&policy, vid(i), 0, Arrival::Known, t0)
+            .await
+            .unwrap()
+        {
             Verdict::Admitted { session_expires_ms } => sessions.push((i, session_expires_ms)),
             v => panic!("{v:?}"),
         }
@@ -420,7 +425,7 @@ async fn cluster_drill(acks: u32) -> ClusterDrill {
     let mut let_in_while_lagging = 0;
     for i in 25..40 {
         if let Ok(Verdict::Admitted { session_expires_ms }) =
-            store.arrive(&policy, vid(i), t0).await
+            store.arrive(&policy, vid(i), 0, Arrival::Known, t0).await
         {
             let_in_while_lagging += 1;
             sessions.push((i, session_expires_ms));
@@ -454,7 +459,7 @@ async fn cluster_drill(acks: u32) -> ClusterDrill {
     };
     let cluster = rejoin.await.unwrap();
     for i in 100..160 {
-        let _ = store.arrive(&policy, vid(i), t1).await;
+        let _ = store.arrive(&policy, vid(i), 0, Arrival::Known, t1).await;
     }
     let counted_after_newcomers = store.stats(&policy, t1).await.unwrap().active;
     for (i, expiry) in &sessions {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use support::{assert_queued_json, from_origin, set_cookie, Harness, KEY, T0};
 use waitroom::config::Secret32;
-use waitroom::store::VisitorId;
+use waitroom::store::{End, VisitorId};
 use waitroom::ticket::{Grant, KeyRing, Ticket};
 
 const COOKIE: &str = "waitroom_shop";
@@ -251,7 +251,7 @@ async fn a_session_the_store_forgot_is_a_new_visitor_at_the_next_check_in() {
     let v = h.visitor();
     let id = support::admitted_id(v.get(h.url("/")).send().await.unwrap()).await;
     let policy = h.policy();
-    assert!(h.store().release(&policy, id, T0).await.unwrap());
+    assert!(h.store().end(&policy, id, End::Release, T0).await.unwrap());
     // Before the check-in is due the ticket is trusted without a store trip.
     let resp = v.get(h.url("/")).send().await.unwrap();
     assert!(from_origin(&resp));

@@ -20,7 +20,7 @@ use support::Harness;
 use waitroom::config::{Backend, EnqueueToken, LaneConfig, Secret};
 use waitroom::domain::digest64;
 use waitroom::enqueue::TokenKeys;
-use waitroom::store::VisitorId;
+use waitroom::store::{End, VisitorId};
 
 const MEMBERS: &str = "MEMBERS-2026";
 const ONCE: &str = "ONE-TIME-7Q2";
@@ -169,7 +169,11 @@ async fn lanes_share_admissions_keep_fifo_and_move_nobody_back() {
     for _ in 0..10 {
         h.clock.advance(Duration::from_secs(5));
         let now = h.clock_now();
-        assert!(h.store().release(&h.policy(), inside, now).await.unwrap());
+        assert!(h
+            .store()
+            .end(&h.policy(), inside, End::Release, now)
+            .await
+            .unwrap());
         let mut admitted = None;
         for (lane, line) in [(0, &general), (1, &presale)] {
             for (i, b) in line.iter().enumerate() {

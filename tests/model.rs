@@ -26,8 +26,8 @@ use waitroom::store::memory::MemoryStore;
 use waitroom::store::model::ModelStore;
 use waitroom::store::redis::{Layout, RedisStore};
 use waitroom::store::{
-    next_seq, EventStart, Lanes, QueueingMethod, RoomPolicy, RoomState, SharedStore, Store,
-    Verdict, VisitorId, MAX_LANES,
+    next_seq, Arrival, End, EventStart, Lanes, QueueingMethod, RoomPolicy, RoomState, SharedStore,
+    Store, Verdict, VisitorId, MAX_LANES,
 };
 
 /// 2027-01-15.
@@ -130,7 +130,7 @@ struct Visitor {
     id: VisitorId,
     /// The lane its queue ticket names.
     lane: u8,
-    /// It came through `arrive_in` (its id may arrive again).
+    /// It came by a lane, `Arrival::Known` (its id may arrive again).
     by_lane: bool,
     /// The admin API released it (see `Op::Again`).
     released: bool,
@@ -246,7 +246,8 @@ impl Case<'_> {
             Op::Burst(n) => {
                 let ids: Vec<VisitorId> = (0..n).map(|_| VisitorId::random()).collect();
                 let decided = futures::future::join_all(
-                    ids.iter().map(|&v| self.store.arrive_new(&p, v, now)),
+                    ids.iter()
+                        .map(|&v| self.store.arrive(&p, v, 0, Arrival::New, now)),
                 )
                 .await;
                 let mut decided: Vec<(VisitorId, Verdict)> = ids
@@ -263,7 +264,11 @@ impl Case<'_> {
                     _ => (2, 0),
                 });
                 for (id, verdict) in decided {
-                    let model = self.model.arrive(&p, id, now).await.unwrap();
+                    let model = self
+                        .model
+                        .arrive(&p, id, 0, Arrival::Known, now)
+                        .await
+                        .unwrap();
                     if self.trace {
                         eprintln!(
                             "   visitor {}: model {model:?} store {verdict:?}",
@@ -288,17 +293,21 @@ impl Case<'_> {
             Op::LaneArrive(k) => {
                 let lane = self.lane_of(k);
                 let id = VisitorId::random();
-                let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
+                let model = self
+                    .model
+                    .arrive(&p, id, lane, Arrival::Known, now)
+                    .await
+                    .unwrap();
                 // A newcomer's id, made for it, half of the time (a lane's
                 // sessions are looked up by id either way; the general
                 // queue's newcomers are batched, so never).
                 let store = if lane > 0 && k & 2 == 0 {
-                    self.store.arrive_new_in(&p, id, lane, now).await
+                    self.store.arrive(&p, id, lane, Arrival::New, now).await
                 } else if k & 4 == 0 {
                     // A member the room has not seen lately.
-                    self.store.arrive_unseen(&p, id, lane, now).await
+                    self.store.arrive(&p, id, lane, Arrival::Unseen, now).await
                 } else {
-                    self.store.arrive_in(&p, id, lane, now).await
+                    self.store.arrive(&p, id, lane, Arrival::Known, now).await
                 };
                 let store = store.expect("lane");
                 if self.trace {
@@ -327,10 +336,14 @@ impl Case<'_> {
                 };
                 let lane = self.lane_of((k >> 8) as u8);
                 let id = self.visitors[i].id;
-                let model = self.model.arrive_in(&p, id, lane, now).await.unwrap();
+                let model = self
+                    .model
+                    .arrive(&p, id, lane, Arrival::Known, now)
+                    .await
+                    .unwrap();
                 let store = self
                     .store
-                    .arrive_in(&p, id, lane, now)
+                    .arrive(&p, id, lane, Arrival::Known, now)
                     .await
                     .expect("again");
                 if self.trace {
@@ -368,12 +381,8 @@ impl Case<'_> {
                     _ => return Ok(()),
                 };
                 let (id, lane) = (self.visitors[i].id, self.visitors[i].lane);
-                let model = self.model.poll_in(&p, id, lane, seq, now).await.unwrap();
-                let store = self
-                    .store
-                    .poll_in(&p, id, lane, seq, now)
-                    .await
-                    .expect("poll");
+                let model = self.model.poll(&p, id, lane, seq, now).await.unwrap();
+                let store = self.store.poll(&p, id, lane, seq, now).await.expect("poll");
                 if self.trace {
                     eprintln!("   visitor {i} seq {seq}: model {model:?} store {store:?}");
                 }
@@ -415,8 +424,12 @@ impl Case<'_> {
                 };
                 let id = self.visitors[i].id;
                 self.visitors[i].released = true;
-                let model = self.model.release(&p, id, now).await.unwrap();
-                let store = self.store.release(&p, id, now).await.expect("release");
+                let model = self.model.end(&p, id, End::Release, now).await.unwrap();
+                let store = self
+                    .store
+                    .end(&p, id, End::Release, now)
+                    .await
+                    .expect("release");
                 if self.trace {
                     eprintln!("   visitor {i}: model {model} store {store}");
                 }
@@ -432,10 +445,14 @@ impl Case<'_> {
                     return Ok(());
                 };
                 let id = self.visitors[i].id;
-                let model = self.model.end_session(&p, id, expires, now).await.unwrap();
+                let model = self
+                    .model
+                    .end(&p, id, End::Session(expires), now)
+                    .await
+                    .unwrap();
                 let store = self
                     .store
-                    .end_session(&p, id, expires, now)
+                    .end(&p, id, End::Session(expires), now)
                     .await
                     .expect("end_session");
                 if !self.diverged {

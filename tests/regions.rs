@@ -25,7 +25,9 @@ use waitroom::clock::Millis;
 use waitroom::config::RegionConfig;
 use waitroom::region::{Region, Synced};
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{
+    Arrival, End, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const T0: Millis = 1_800_000_000_000;
@@ -132,7 +134,7 @@ impl Rig {
             let i = pick(n);
             let v = self.regions[i]
                 .store
-                .arrive(room, vid(i, n), now)
+                .arrive(room, vid(i, n), 0, Arrival::Known, now)
                 .await
                 .unwrap();
             if let Verdict::Queued(_) = v {
@@ -182,7 +184,7 @@ fn spawn_arrivals(
             tokio::spawn(async move {
                 rig.regions[i]
                     .store
-                    .arrive(&room, vid(i, k), now)
+                    .arrive(&room, vid(i, k), 0, Arrival::Known, now)
                     .await
                     .unwrap()
             })
@@ -330,7 +332,7 @@ async fn a_region_cut_off_keeps_its_grant_and_recovers() {
         for i in 0..2 {
             rig.regions[i]
                 .store
-                .arrive(&room, vid(i, k), now)
+                .arrive(&room, vid(i, k), 0, Arrival::Known, now)
                 .await
                 .unwrap();
         }
@@ -352,7 +354,7 @@ async fn a_region_cut_off_keeps_its_grant_and_recovers() {
     for k in 100..200 {
         let v = rig.regions[0]
             .store
-            .arrive(&room, vid(0, k), now)
+            .arrive(&room, vid(0, k), 0, Arrival::Known, now)
             .await
             .unwrap();
         if admitted(&v) {
@@ -366,7 +368,7 @@ async fn a_region_cut_off_keeps_its_grant_and_recovers() {
     for k in 100..200 {
         rig.regions[1]
             .store
-            .arrive(&room, vid(1, k), now)
+            .arrive(&room, vid(1, k), 0, Arrival::Known, now)
             .await
             .unwrap();
         if k % 20 == 0 {
@@ -399,50 +401,76 @@ async fn queued_visitors_go_in_by_arrival_time_across_regions() {
     rig.sync_twice(&room, now).await;
     let (x, y) = (vid(0, 1), vid(1, 1));
     assert!(admitted(
-        &rig.regions[0].store.arrive(&room, x, now).await.unwrap()
+        &rig.regions[0]
+            .store
+            .arrive(&room, x, 0, Arrival::Known, now)
+            .await
+            .unwrap()
     ));
     assert!(admitted(
-        &rig.regions[1].store.arrive(&room, y, now).await.unwrap()
+        &rig.regions[1]
+            .store
+            .arrive(&room, y, 0, Arrival::Known, now)
+            .await
+            .unwrap()
     ));
     // The room is full: a1 queues in r0, then b1 in r1.
     now += 10;
     let a1 = vid(0, 2);
-    let Verdict::Queued(pa) = rig.regions[0].store.arrive(&room, a1, now).await.unwrap() else {
+    let Verdict::Queued(pa) = rig.regions[0]
+        .store
+        .arrive(&room, a1, 0, Arrival::Known, now)
+        .await
+        .unwrap()
+    else {
         panic!("a1 should queue");
     };
     now += 10;
     let b1 = vid(1, 2);
-    let Verdict::Queued(pb) = rig.regions[1].store.arrive(&room, b1, now).await.unwrap() else {
+    let Verdict::Queued(pb) = rig.regions[1]
+        .store
+        .arrive(&room, b1, 0, Arrival::Known, now)
+        .await
+        .unwrap()
+    else {
         panic!("b1 should queue");
     };
     assert!(pa.seq < pb.seq);
     // y leaves r1: r1 has a free slot, but a1 (in r0) waited longer.
-    assert!(rig.regions[1].store.release(&room, y, now).await.unwrap());
+    assert!(rig.regions[1]
+        .store
+        .end(&room, y, End::Release, now)
+        .await
+        .unwrap());
     now += 10;
     rig.sync(0, &room, now).await;
     rig.sync(1, &room, now).await;
     rig.sync(0, &room, now).await;
     let vb = rig.regions[1]
         .store
-        .poll(&room, b1, pb.seq, now)
+        .poll(&room, b1, 0, pb.seq, now)
         .await
         .unwrap();
     assert!(matches!(vb, Verdict::Queued(_)), "b1 jumped a1: {vb:?}");
     let va = rig.regions[0]
         .store
-        .poll(&room, a1, pa.seq, now)
+        .poll(&room, a1, 0, pa.seq, now)
         .await
         .unwrap();
     assert!(admitted(&va), "a1 should be in: {va:?}");
     // Once nobody older waits elsewhere, b1 goes in when a slot frees.
-    assert!(rig.regions[0].store.release(&room, x, now).await.unwrap());
+    assert!(rig.regions[0]
+        .store
+        .end(&room, x, End::Release, now)
+        .await
+        .unwrap());
     now += 10;
     for i in [0, 1, 0, 1] {
         rig.sync(i, &room, now).await;
     }
     let vb = rig.regions[1]
         .store
-        .poll(&room, b1, pb.seq, now)
+        .poll(&room, b1, 0, pb.seq, now)
         .await
         .unwrap();
     assert!(admitted(&vb), "b1 should be in now: {vb:?}");
@@ -458,7 +486,7 @@ async fn a_newcomer_does_not_jump_another_regions_queue() {
     for i in 0..2 {
         let v = rig.regions[i]
             .store
-            .arrive(&room, vid(i, 1), now)
+            .arrive(&room, vid(i, 1), 0, Arrival::Known, now)
             .await
             .unwrap();
         assert!(admitted(&v));
@@ -466,13 +494,17 @@ async fn a_newcomer_does_not_jump_another_regions_queue() {
     now += 10;
     let a1 = vid(0, 2);
     assert!(matches!(
-        rig.regions[0].store.arrive(&room, a1, now).await.unwrap(),
+        rig.regions[0]
+            .store
+            .arrive(&room, a1, 0, Arrival::Known, now)
+            .await
+            .unwrap(),
         Verdict::Queued(_)
     ));
     // r1's visitor leaves; r1 learns that r0 has an older waiter.
     assert!(rig.regions[1]
         .store
-        .release(&room, vid(1, 1), now)
+        .end(&room, vid(1, 1), End::Release, now)
         .await
         .unwrap());
     rig.sync(0, &room, now).await;
@@ -480,7 +512,7 @@ async fn a_newcomer_does_not_jump_another_regions_queue() {
     now += 10;
     let v = rig.regions[1]
         .store
-        .arrive(&room, vid(1, 3), now)
+        .arrive(&room, vid(1, 3), 0, Arrival::Known, now)
         .await
         .unwrap();
     assert!(
@@ -510,7 +542,7 @@ async fn grants_move_toward_the_region_with_the_traffic() {
             let i = usize::from(k % 10 != 0);
             rig.regions[i]
                 .store
-                .arrive(&room, vid(i, n), now)
+                .arrive(&room, vid(i, n), 0, Arrival::Known, now)
                 .await
                 .unwrap();
             n += 1;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use waitroom::clock::Millis;
 use waitroom::store::memory::MemoryStore;
-use waitroom::store::{QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
+use waitroom::store::{Arrival, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId};
 
 conformance::store_conformance!(|| async {
     let store = Arc::new(MemoryStore::new());
@@ -87,14 +87,14 @@ async fn footprint(n: u64) {
         for (i, v) in ids[..n as usize].iter().enumerate() {
             // 1,000 admissions a second, as a busy unlimited room would see.
             let now = T0 + i as Millis;
-            let verdict = store.arrive(&p, *v, now).await.unwrap();
+            let verdict = store.arrive(&p, *v, 0, Arrival::Known, now).await.unwrap();
             assert!(matches!(verdict, Verdict::Admitted { .. }));
         }
         let with_sessions = rss_bytes();
         p.total_active_users = n;
         for (i, v) in ids[n as usize..].iter().enumerate() {
             let now = T0 + n + (i as Millis) / 16;
-            let verdict = store.arrive(&p, *v, now).await.unwrap();
+            let verdict = store.arrive(&p, *v, 0, Arrival::Known, now).await.unwrap();
             assert!(matches!(verdict, Verdict::Queued(_)));
         }
         let with_queue = rss_bytes();

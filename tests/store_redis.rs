@@ -14,7 +14,8 @@ use redis_server::RedisServer;
 use waitroom::clock::Millis;
 use waitroom::store::redis::{Options, RedisStore, Target};
 use waitroom::store::{
-    QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, StoreError, Verdict, VisitorId,
+    Arrival, End, Maintenance, QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store,
+    StoreError, Verdict, VisitorId,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -106,7 +107,10 @@ async fn abandon_after_zero_disables_abandonment() {
     let mut p = policy(1, 0);
     p.abandon_after_ms = 0;
     p.state = RoomState::Paused;
-    store.arrive(&p, vid(1), T0).await.unwrap();
+    store
+        .arrive(&p, vid(1), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
     assert_eq!(
         store.stats(&p, T0 + 1000 * ABANDON).await.unwrap().queued,
         1
@@ -120,12 +124,22 @@ async fn abandon_after_zero_disables_abandonment() {
 async fn a_place_gets_its_poll_record_from_its_first_poll() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
-    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
+    let q = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
     let polls = "wr:{room-a}:polls";
     let has = |v: u64| -> i64 { server.cmd(&["HEXISTS", polls, &vid(v).to_hex()]) };
     assert_eq!(has(2), 0);
-    store.poll(&p, vid(2), q.seq, T0 + 5_000).await.unwrap();
+    store.poll(&p, vid(2), 0, q.seq, T0 + 5_000).await.unwrap();
     assert_eq!(has(2), 1);
     // Seen at T0 + 5 s: still waiting at T0 + 5 s + ABANDON, gone 1 ms on.
     assert_eq!(
@@ -147,8 +161,18 @@ async fn a_place_gets_its_poll_record_from_its_first_poll() {
 async fn the_sweep_keeps_the_poll_records_start() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
-    place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
+    place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
     // The hash holds only its own field, so every sample draws it.
     for t in 1..=20 {
         store.stats(&p, T0 + t * 1_000).await.unwrap();
@@ -169,9 +193,22 @@ async fn lost_poll_records_give_time_not_drop_places() {
     // Paused: nobody is admitted while the clock runs on.
     let mut p = policy(1, 0);
     p.state = RoomState::Paused;
-    let q2 = place(&store.arrive(&p, vid(2), T0).await.unwrap());
-    place(&store.arrive(&p, vid(3), T0).await.unwrap());
-    store.poll(&p, vid(2), q2.seq, T0 + 60_000).await.unwrap();
+    let q2 = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
+    place(
+        &store
+            .arrive(&p, vid(3), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
+    store
+        .poll(&p, vid(2), 0, q2.seq, T0 + 60_000)
+        .await
+        .unwrap();
     let _: i64 = server.cmd(&["DEL", "wr:{room-a}:polls"]);
     // vid(3) last seen at T0, vid(2) at T0 + 60 s: both past abandon_after
     // when the sweep first finds the records gone, and both kept, counted
@@ -195,16 +232,37 @@ async fn lost_poll_records_give_time_not_drop_places() {
 async fn an_evicted_rate_window_is_forgotten_by_the_next_call() {
     let (server, store) = start().await;
     let p = policy(0, 2);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
-    assert!(is_admitted(&store.arrive(&p, vid(2), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     let _: i64 = server.cmd(&["DEL", "wr:{room-a}:admits"]);
     assert!(is_admitted(
-        &store.arrive(&p, vid(3), T0 + 1).await.unwrap()
+        &store
+            .arrive(&p, vid(3), 0, Arrival::Known, T0 + 1)
+            .await
+            .unwrap()
     ));
     assert!(is_admitted(
-        &store.arrive(&p, vid(4), T0 + 1).await.unwrap()
+        &store
+            .arrive(&p, vid(4), 0, Arrival::Known, T0 + 1)
+            .await
+            .unwrap()
     ));
-    place(&store.arrive(&p, vid(5), T0 + 1).await.unwrap());
+    place(
+        &store
+            .arrive(&p, vid(5), 0, Arrival::Known, T0 + 1)
+            .await
+            .unwrap(),
+    );
     let s = store.stats(&p, T0 + 2).await.unwrap();
     assert_eq!((s.queued, s.admitted_last_minute), (1, 2));
 }
@@ -216,12 +274,22 @@ async fn seq_is_unique_and_increasing_within_one_millisecond() {
     p.state = RoomState::Paused;
     let mut last = 0;
     for i in 0..50 {
-        let q = place(&store.arrive(&p, vid(i), T0).await.unwrap());
+        let q = place(
+            &store
+                .arrive(&p, vid(i), 0, Arrival::Known, T0)
+                .await
+                .unwrap(),
+        );
         assert!(q.seq > last);
         assert_eq!(q.position, i + 1);
         last = q.seq;
     }
-    let q = place(&store.arrive(&p, vid(99), T0 + 1000).await.unwrap());
+    let q = place(
+        &store
+            .arrive(&p, vid(99), 0, Arrival::Known, T0 + 1000)
+            .await
+            .unwrap(),
+    );
     assert_eq!(q.seq, waitroom::store::next_seq(T0 + 1000, last));
 }
 
@@ -229,10 +297,23 @@ async fn seq_is_unique_and_increasing_within_one_millisecond() {
 async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(0), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(0), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     let mut seqs = Vec::new();
     for i in 1..=5 {
-        seqs.push(place(&store.arrive(&p, vid(i), T0 + i).await.unwrap()).seq);
+        seqs.push(
+            place(
+                &store
+                    .arrive(&p, vid(i), 0, Arrival::Known, T0 + i)
+                    .await
+                    .unwrap(),
+            )
+            .seq,
+        );
     }
     let _: () = server.cmd(&["FLUSHALL"]);
     let mut paused = p.clone();
@@ -240,14 +321,14 @@ async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     // Polls arrive in reverse order; the queue still ends up in ticket order.
     for i in (1..=5u64).rev() {
         store
-            .poll(&paused, vid(i), seqs[i as usize - 1], T0 + 100)
+            .poll(&paused, vid(i), 0, seqs[i as usize - 1], T0 + 100)
             .await
             .unwrap();
     }
     for i in 1..=5u64 {
         let q = place(
             &store
-                .poll(&paused, vid(i), seqs[i as usize - 1], T0 + 200)
+                .poll(&paused, vid(i), 0, seqs[i as usize - 1], T0 + 200)
                 .await
                 .unwrap(),
         );
@@ -257,10 +338,10 @@ async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
         );
     }
     // The session was lost too, so there is room: the head goes in first.
-    let v = store.poll(&p, vid(3), seqs[2], T0 + 300).await.unwrap();
+    let v = store.poll(&p, vid(3), 0, seqs[2], T0 + 300).await.unwrap();
     assert_eq!(place(&v).position, 2);
     assert!(is_admitted(
-        &store.poll(&p, vid(1), seqs[0], T0 + 300).await.unwrap()
+        &store.poll(&p, vid(1), 0, seqs[0], T0 + 300).await.unwrap()
     ));
 }
 
@@ -268,13 +349,18 @@ async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
 /// it, 64 at a time (decided together, as the daemon gathers them): their
 /// numbers and seqs, in seq order.
 async fn queue_long(store: &RedisStore, p: &RoomPolicy, n: u64) -> Vec<(u64, u64)> {
-    assert!(is_admitted(&store.arrive(p, vid(0), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(p, vid(0), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     let mut q = Vec::new();
     for chunk in (1..=n).collect::<Vec<_>>().chunks(64) {
         let calls = chunk.iter().map(|&i| async move {
             (
                 i,
-                place(&store.arrive_new(p, vid(i), T0).await.unwrap()).seq,
+                place(&store.arrive(p, vid(i), 0, Arrival::New, T0).await.unwrap()).seq,
             )
         });
         q.extend(futures::future::join_all(calls).await);
@@ -308,18 +394,18 @@ async fn places_an_earlier_version_writes_past_the_tail_wait_their_turn() {
     // Room for all but one: everyone in the tail goes in before them.
     let open = policy(N, 0);
     for &(v, seq) in &late {
-        let got = store.poll(&open, vid(v), seq, T0 + 100).await.unwrap();
+        let got = store.poll(&open, vid(v), 0, seq, T0 + 100).await.unwrap();
         assert!(!is_admitted(&got), "#{v}: {got:?}");
     }
     for &(v, seq) in &q[..N as usize - 1] {
-        let got = store.poll(&open, vid(v), seq, T0 + 200).await.unwrap();
+        let got = store.poll(&open, vid(v), 0, seq, T0 + 200).await.unwrap();
         assert!(is_admitted(&got), "#{v}: {got:?}");
     }
     let (v, seq) = q[N as usize - 1];
-    let last = place(&store.poll(&open, vid(v), seq, T0 + 300).await.unwrap());
+    let last = place(&store.poll(&open, vid(v), 0, seq, T0 + 300).await.unwrap());
     let behind = place(
         &store
-            .poll(&open, vid(late[0].0), late[0].1, T0 + 300)
+            .poll(&open, vid(late[0].0), 0, late[0].1, T0 + 300)
             .await
             .unwrap(),
     );
@@ -343,7 +429,7 @@ async fn places_put_back_past_the_end_of_the_tail_keep_lengths_whole() {
     let _: i64 = server.cmd(&["ZREMRANGEBYRANK", "wr:{room-a}:tail", "-1", "-1"]);
     // (Each is the last the store knows of when it comes back.)
     for (i, &(v, seq)) in q.iter().enumerate().skip(N as usize - k) {
-        let at = place(&store.poll(&full, vid(v), seq, T0 + 100).await.unwrap());
+        let at = place(&store.poll(&full, vid(v), 0, seq, T0 + 100).await.unwrap());
         assert_eq!(
             (at.position, at.queue_length),
             (i as u64 + 1, i as u64 + 1),
@@ -354,14 +440,19 @@ async fn places_put_back_past_the_end_of_the_tail_keep_lengths_whole() {
     let open = policy(N - 2, 0);
     for &(v, seq) in &q[..N as usize - 3] {
         assert!(is_admitted(
-            &store.poll(&open, vid(v), seq, T0 + 200).await.unwrap()
+            &store.poll(&open, vid(v), 0, seq, T0 + 200).await.unwrap()
         ));
     }
     for (i, &(v, seq)) in q[N as usize - 3..].iter().enumerate() {
-        let at = place(&store.poll(&open, vid(v), seq, T0 + 300).await.unwrap());
+        let at = place(&store.poll(&open, vid(v), 0, seq, T0 + 300).await.unwrap());
         assert_eq!((at.position, at.queue_length), (i as u64 + 1, 3));
     }
-    let newcomer = place(&store.arrive_new(&open, vid(N + 1), T0 + 400).await.unwrap());
+    let newcomer = place(
+        &store
+            .arrive(&open, vid(N + 1), 0, Arrival::New, T0 + 400)
+            .await
+            .unwrap(),
+    );
     assert_eq!((newcomer.position, newcomer.queue_length), (4, 4));
 }
 
@@ -378,7 +469,7 @@ async fn a_reset_empties_the_tail_and_its_ids() {
     assert_eq!((tail, ids(&server)), (0, 0));
     let (v, seq) = q[2_500];
     assert_eq!(
-        store.poll(&p, vid(v), seq, T0 + 200).await.unwrap(),
+        store.poll(&p, vid(v), 0, seq, T0 + 200).await.unwrap(),
         Verdict::Ended
     );
 }
@@ -396,11 +487,11 @@ async fn a_room_that_turns_random_picks_from_the_whole_queue() {
     // Everyone polls once, which admits the picks (a pick may fall on a
     // visitor who polled before it), then once more to collect them.
     for &(v, seq) in &q {
-        store.poll(&random, vid(v), seq, T0 + 100).await.unwrap();
+        store.poll(&random, vid(v), 0, seq, T0 + 100).await.unwrap();
     }
     let mut admitted = Vec::new();
     for (i, &(v, seq)) in q.iter().enumerate() {
-        if is_admitted(&store.poll(&random, vid(v), seq, T0 + 200).await.unwrap()) {
+        if is_admitted(&store.poll(&random, vid(v), 0, seq, T0 + 200).await.unwrap()) {
             admitted.push(i);
         }
     }
@@ -441,7 +532,7 @@ async fn a_long_queue_keeps_its_back_in_batches_and_a_lost_back_comes_back() {
     let ids: u64 = server.cmd(&["STRLEN", "wr:{room-a}:tail_ids:0"]);
     assert_eq!(ids, 32 * in_tail, "32 characters an id, in the first chunk");
     let (v, seq) = q[N as usize - 1];
-    let last = place(&store.poll(&p, vid(v), seq, T0 + 100).await.unwrap());
+    let last = place(&store.poll(&p, vid(v), 0, seq, T0 + 100).await.unwrap());
     assert_eq!((last.position, last.queue_length), (N, N));
 
     // Lost alone: first the ids (each place is put back as a member that
@@ -451,10 +542,10 @@ async fn a_long_queue_keeps_its_back_in_batches_and_a_lost_back_comes_back() {
     for lost in ["wr:{room-a}:tail_ids:0", "wr:{room-a}:tail"] {
         let _: i64 = server.cmd(&["DEL", lost]);
         for &(v, seq) in q.iter().rev() {
-            store.poll(&paused, vid(v), seq, T0 + 200).await.unwrap();
+            store.poll(&paused, vid(v), 0, seq, T0 + 200).await.unwrap();
         }
         for (i, &(v, seq)) in q.iter().enumerate().step_by(97) {
-            let at = place(&store.poll(&paused, vid(v), seq, T0 + 300).await.unwrap());
+            let at = place(&store.poll(&paused, vid(v), 0, seq, T0 + 300).await.unwrap());
             assert_eq!(
                 (at.position, at.queue_length, at.seq),
                 (i as u64 + 1, N, seq),
@@ -468,12 +559,22 @@ async fn a_long_queue_keeps_its_back_in_batches_and_a_lost_back_comes_back() {
 async fn scripts_are_reloaded_after_script_flush() {
     let (server, store) = start().await;
     let p = policy(0, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     store.totals(&p).await.unwrap();
     // The room functions are not scripts; totals is, and must load again.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
     assert_eq!(store.totals(&p).await.unwrap().admitted, 1);
-    assert!(is_admitted(&store.arrive(&p, vid(2), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     assert!(store
         .check_in(&p, vid(1), T0 + 1, T0 + 1)
         .await
@@ -487,19 +588,30 @@ async fn every_operation_is_one_script_call() {
     let (server, store) = start().await;
     let p = policy(1, 0);
     // Warm up so no SCRIPT LOAD is counted below.
-    store.arrive(&p, vid(1), T0).await.unwrap();
-    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
-    store.poll(&p, vid(2), q.seq, T0).await.unwrap();
+    store
+        .arrive(&p, vid(1), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
+    let q = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
+    store.poll(&p, vid(2), 0, q.seq, T0).await.unwrap();
     store.check_in(&p, vid(1), T0, T0).await.unwrap();
-    store.release(&p, vid(9), T0).await.unwrap();
+    store.end(&p, vid(9), End::Release, T0).await.unwrap();
     store.stats(&p, T0).await.unwrap();
     store.totals(&p).await.unwrap();
     store.reset(&p, T0).await.unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
-    store.arrive(&p, vid(1), T0).await.unwrap();
-    store.poll(&p, vid(2), q.seq, T0).await.unwrap();
+    store
+        .arrive(&p, vid(1), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
+    store.poll(&p, vid(2), 0, q.seq, T0).await.unwrap();
     store.check_in(&p, vid(1), T0, T0).await.unwrap();
-    store.release(&p, vid(1), T0).await.unwrap();
+    store.end(&p, vid(1), End::Release, T0).await.unwrap();
     store.stats(&p, T0).await.unwrap();
     store.totals(&p).await.unwrap();
     store.reset(&p, T0).await.unwrap();
@@ -524,13 +636,21 @@ async fn every_operation_is_one_script_call() {
 async fn a_server_that_lost_the_room_functions_gets_them_again() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    store.arrive(&p, vid(1), T0).await.unwrap();
+    store
+        .arrive(&p, vid(1), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
     let loaded: Vec<redis::Value> = server.cmd(&["FUNCTION", "LIST"]);
     assert_eq!(loaded.len(), 1, "one library");
     // As after a restart without persistence: the next call loads the
     // library again and is answered, with the room's state intact.
     let _: () = server.cmd(&["FUNCTION", "FLUSH"]);
-    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    let q = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
     assert_eq!(q.position, 1);
     let loaded: Vec<redis::Value> = server.cmd(&["FUNCTION", "LIST"]);
     assert_eq!(loaded.len(), 1, "loaded again");
@@ -541,8 +661,14 @@ async fn a_server_that_lost_the_room_functions_gets_them_again() {
 async fn room_keys_share_the_room_tag_expire_and_hold_hex_visitors() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    store.arrive(&p, vid(1), T0).await.unwrap();
-    store.arrive(&p, vid(2), T0).await.unwrap();
+    store
+        .arrive(&p, vid(1), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
+    store
+        .arrive(&p, vid(2), 0, Arrival::Known, T0)
+        .await
+        .unwrap();
     let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]);
     keys.sort();
     assert_eq!(
@@ -578,7 +704,10 @@ async fn promotion_is_bounded_per_script_run() {
     let mut p = policy(0, 0);
     p.state = RoomState::Paused;
     for i in 0..2500 {
-        store.arrive(&p, vid(i), T0).await.unwrap();
+        store
+            .arrive(&p, vid(i), 0, Arrival::Known, T0)
+            .await
+            .unwrap();
     }
     p.state = RoomState::Open;
     let first = store.stats(&p, T0).await.unwrap();
@@ -596,11 +725,16 @@ async fn frozen_server_times_out_within_the_bound() {
     let timeout = Duration::from_millis(300);
     let store = RedisStore::connect(&[server.url()], timeout).await.unwrap();
     let p = policy(0, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     server.pause();
     for i in 2..5 {
         let started = Instant::now();
-        let result = store.arrive(&p, vid(i), T0).await;
+        let result = store.arrive(&p, vid(i), 0, Arrival::Known, T0).await;
         let took = started.elapsed();
         assert!(matches!(result, Err(StoreError::Timeout)), "{result:?}");
         assert!(
@@ -609,7 +743,12 @@ async fn frozen_server_times_out_within_the_bound() {
         );
     }
     server.resume();
-    assert!(is_admitted(&store.arrive(&p, vid(9), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(9), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
 }
 
 #[tokio::test]
@@ -620,11 +759,16 @@ async fn reconnects_after_the_server_restarts_on_the_same_port() {
     let timeout = Duration::from_millis(500);
     let store = RedisStore::connect(&[server.url()], timeout).await.unwrap();
     let p = policy(0, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     server.stop();
     for i in 0..3 {
         let started = Instant::now();
-        let result = store.arrive(&p, vid(2), T0).await;
+        let result = store.arrive(&p, vid(2), 0, Arrival::Known, T0).await;
         assert!(
             matches!(
                 result,
@@ -652,7 +796,12 @@ async fn reconnects_after_the_server_restarts_on_the_same_port() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(is_admitted(&store.arrive(&p, vid(3), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(3), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     drop(server);
 }
 
@@ -699,8 +848,20 @@ async fn many_instances_share_one_room() {
     let b = RedisStore::connect(&[server.url()], TIMEOUT).await.unwrap();
     let p = policy(50, 0);
     let (ra, rb) = tokio::join!(
-        futures_util::future::join_all((0..300).map(|i| a.arrive(&p, vid(i), T0))),
-        futures_util::future::join_all((300..600).map(|i| b.arrive(&p, vid(i), T0))),
+        futures_util::future::join_all((0..300).map(|i| a.arrive(
+            &p,
+            vid(i),
+            0,
+            Arrival::Known,
+            T0
+        ))),
+        futures_util::future::join_all((300..600).map(|i| b.arrive(
+            &p,
+            vid(i),
+            0,
+            Arrival::Known,
+            T0
+        ))),
     );
     let verdicts: Vec<Verdict> = ra.into_iter().chain(rb).map(Result::unwrap).collect();
     assert_eq!(verdicts.iter().filter(|v| is_admitted(v)).count(), 50);
@@ -728,21 +889,31 @@ async fn calls_that_timed_out_in_a_frozen_redis_never_land() {
     );
     let p = policy(1, 0);
     // One visitor inside and one waiting before the freeze.
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
-    let waiting = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
+    let waiting = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
     server.pause();
     let mut calls = Vec::new();
     for n in 10..30 {
         let (store, p) = (store.clone(), p.clone());
         calls.push(tokio::spawn(async move {
-            store.arrive(&p, vid(n), T0 + 1).await
+            store.arrive(&p, vid(n), 0, Arrival::Known, T0 + 1).await
         }));
     }
     for call in calls {
         assert!(matches!(call.await.unwrap(), Err(StoreError::Timeout)));
     }
     // And a release that would let the waiting visitor in.
-    let release = store.release(&p, vid(1), T0 + 2).await;
+    let release = store.end(&p, vid(1), End::Release, T0 + 2).await;
     assert!(matches!(release, Err(StoreError::Timeout)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.resume();
@@ -755,7 +926,13 @@ async fn calls_that_timed_out_in_a_frozen_redis_never_land() {
     let totals = store.totals(&p).await.unwrap();
     assert_eq!((totals.admitted, totals.queued), (1, 1));
     assert_eq!(
-        place(&store.poll(&p, vid(2), waiting.seq, T0 + 4).await.unwrap()).position,
+        place(
+            &store
+                .poll(&p, vid(2), 0, waiting.seq, T0 + 4)
+                .await
+                .unwrap()
+        )
+        .position,
         1
     );
 }
@@ -767,9 +944,19 @@ async fn calls_that_timed_out_in_a_frozen_redis_never_land() {
 async fn keys_made_by_arrivals_expire() {
     let (server, store) = start().await;
     let p = policy(1, 0);
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     // 1 ms later, inside the refresh interval: the queue's keys are new.
-    place(&store.arrive(&p, vid(2), T0 + 1).await.unwrap());
+    place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0 + 1)
+            .await
+            .unwrap(),
+    );
     for key in ["sessions", "admits", "meta", "queue", "polls"] {
         let key = format!("wr:{{room-a}}:{key}");
         let ttl: i64 = server.cmd(&["PTTL", &key]);
@@ -779,20 +966,29 @@ async fn keys_made_by_arrivals_expire() {
     // key gets an expiry too.
     let _: i64 = server.cmd(&["DEL", "wr:{room-a}:sessions"]);
     assert!(is_admitted(
-        &store.arrive(&policy(0, 0), vid(3), T0 + 2).await.unwrap()
+        &store
+            .arrive(&policy(0, 0), vid(3), 0, Arrival::Known, T0 + 2)
+            .await
+            .unwrap()
     ));
     let ttl: i64 = server.cmd(&["PTTL", "wr:{room-a}:sessions"]);
     assert!(ttl > 0, "sessions made again has no expiry ({ttl})");
 }
 
-/// Arrives `n` new visitors (the daemon's `arrive_new`) at once; returns
+/// Arrives `n` new visitors (`Arrival::New`, the daemon's way) at once; returns
 /// those admitted.
 async fn admit_together(store: &Arc<RedisStore>, p: &RoomPolicy, n: u64, now: Millis) -> Vec<u64> {
     let mut joins = Vec::new();
     for i in 0..n {
         let (store, p) = (Arc::clone(store), p.clone());
         joins.push(tokio::spawn(async move {
-            (i, store.arrive_new(&p, vid(i), now).await.unwrap())
+            (
+                i,
+                store
+                    .arrive(&p, vid(i), 0, Arrival::New, now)
+                    .await
+                    .unwrap(),
+            )
         }));
     }
     let mut admitted = Vec::new();
@@ -872,7 +1068,10 @@ async fn batched_sessions_lost_come_back_and_their_count_is_recounted() {
     let _: () = server.cmd(&["ZREM", "wr:{room-a}:batches", "#"]);
     assert_eq!(store.stats(&p, T0).await.unwrap().active, 10);
     assert!(!is_admitted(
-        &store.arrive_new(&p, vid(100), T0).await.unwrap()
+        &store
+            .arrive(&p, vid(100), 0, Arrival::New, T0)
+            .await
+            .unwrap()
     ));
 
     let (server2, store2) = start().await;
@@ -891,7 +1090,10 @@ async fn batched_sessions_lost_come_back_and_their_count_is_recounted() {
         assert_eq!(store2.stats(&p, T0 + 1).await.unwrap().active, n as u64 + 1);
     }
     assert!(!is_admitted(
-        &store2.arrive_new(&p, vid(100), T0 + 1).await.unwrap()
+        &store2
+            .arrive(&p, vid(100), 0, Arrival::New, T0 + 1)
+            .await
+            .unwrap()
     ));
 }
 
@@ -908,7 +1110,7 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     assert_eq!(admit_together(&store, &p, 16, T0).await.len(), 16);
     let elsewhere = T0 + 1 + SESSION;
     assert!(!store
-        .end_session(&p, vid(2), elsewhere, T0 + 1)
+        .end(&p, vid(2), End::Session(elsewhere), T0 + 1)
         .await
         .unwrap());
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 16);
@@ -918,7 +1120,7 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     }
     assert_eq!(store.stats(&p, T0 + 2).await.unwrap().active, 16);
     assert!(store
-        .end_session(&p, vid(3), T0 + SESSION, T0 + 3)
+        .end(&p, vid(3), End::Session(T0 + SESSION), T0 + 3)
         .await
         .unwrap());
     let mark: String = server.cmd(&[
@@ -928,14 +1130,17 @@ async fn a_revoke_reads_only_the_batch_its_ticket_names() {
     ]);
     assert_eq!(mark, format!("{}.5", T0 + SESSION - 1));
     assert_eq!(store.stats(&p, T0 + 3).await.unwrap().active, 15);
-    assert!(store.release(&p, vid(4), T0 + 4).await.unwrap());
+    assert!(store.end(&p, vid(4), End::Release, T0 + 4).await.unwrap());
     assert_eq!(store.stats(&p, T0 + 4).await.unwrap().active, 14);
     // An arrival whose caller gave up: only batches from its arrival on.
     assert!(!store
-        .release_arrival(&p, vid(5), T0 + 1, T0 + 5)
+        .end(&p, vid(5), End::Arrival(T0 + 1), T0 + 5)
         .await
         .unwrap());
-    assert!(store.release_arrival(&p, vid(5), T0, T0 + 5).await.unwrap());
+    assert!(store
+        .end(&p, vid(5), End::Arrival(T0), T0 + 5)
+        .await
+        .unwrap());
     assert_eq!(store.stats(&p, T0 + 5).await.unwrap().active, 13);
 }
 
@@ -956,7 +1161,10 @@ async fn queue_n(store: &RedisStore, p: &RoomPolicy, n: u64, now: Millis) -> Vec
     let mut out = Vec::new();
     for i in 0..n {
         let v = vid(10_000 + i);
-        out.push((v, place(&store.arrive(p, v, now).await.unwrap()).seq));
+        out.push((
+            v,
+            place(&store.arrive(p, v, 0, Arrival::Known, now).await.unwrap()).seq,
+        ));
     }
     out
 }
@@ -976,15 +1184,17 @@ async fn a_visitor_within_the_free_room_is_admitted_at_its_poll_however_far_back
     let waiting = queue_n(&store, &p, 50, T0).await;
     p.state = RoomState::Open;
     let (v, seq) = waiting[39];
-    assert!(is_admitted(&store.poll(&p, v, seq, T0 + 1).await.unwrap()));
+    assert!(is_admitted(
+        &store.poll(&p, v, 0, seq, T0 + 1).await.unwrap()
+    ));
     for (v, seq) in &waiting[..39] {
         assert!(is_admitted(
-            &store.poll(&p, *v, *seq, T0 + 2).await.unwrap()
+            &store.poll(&p, *v, 0, *seq, T0 + 2).await.unwrap()
         ));
     }
     let (v, seq) = waiting[40];
     assert_eq!(
-        place(&store.poll(&p, v, seq, T0 + 3).await.unwrap()).position,
+        place(&store.poll(&p, v, 0, seq, T0 + 3).await.unwrap()).position,
         1
     );
     assert!(store.check(&p, T0 + 3).await.unwrap().is_empty());
@@ -1001,7 +1211,12 @@ async fn an_arrival_again_of_a_visitor_in_the_tail_keeps_its_place() {
     p.state = RoomState::Paused;
     let waiting = queue_n(&store, &p, 30, T0).await;
     let (v, seq) = waiting[20];
-    let again = place(&store.arrive(&p, v, T0 + 1).await.unwrap());
+    let again = place(
+        &store
+            .arrive(&p, v, 0, Arrival::Known, T0 + 1)
+            .await
+            .unwrap(),
+    );
     assert_eq!(again.seq, seq);
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().queued, 30);
 }
@@ -1030,18 +1245,28 @@ async fn an_arrival_again_by_a_stable_id_reads_a_bounded_part_of_the_tail() {
     for i in 0..400 {
         place(
             &store
-                .arrive_new(&p, VisitorId::random(), T0 + i)
+                .arrive(&p, VisitorId::random(), 0, Arrival::New, T0 + i)
                 .await
                 .unwrap(),
         );
     }
     let (member, unseen) = (vid(77), vid(78));
-    let first = place(&store.arrive(&p, member, T0 + 500).await.unwrap());
-    let second = place(&store.arrive_unseen(&p, unseen, 0, T0 + 501).await.unwrap());
+    let first = place(
+        &store
+            .arrive(&p, member, 0, Arrival::Known, T0 + 500)
+            .await
+            .unwrap(),
+    );
+    let second = place(
+        &store
+            .arrive(&p, unseen, 0, Arrival::Unseen, T0 + 501)
+            .await
+            .unwrap(),
+    );
     for i in 0..400 {
         place(
             &store
-                .arrive_new(&p, VisitorId::random(), T0 + 600 + i)
+                .arrive(&p, VisitorId::random(), 0, Arrival::New, T0 + 600 + i)
                 .await
                 .unwrap(),
         );
@@ -1049,7 +1274,12 @@ async fn an_arrival_again_by_a_stable_id_reads_a_bounded_part_of_the_tail() {
     for (v, was) in [(member, first), (unseen, second)] {
         for round in 0..3 {
             let before = getranges(&server);
-            let again = place(&store.arrive(&p, v, T0 + 2_000 + round).await.unwrap());
+            let again = place(
+                &store
+                    .arrive(&p, v, 0, Arrival::Known, T0 + 2_000 + round)
+                    .await
+                    .unwrap(),
+            );
             assert_eq!(again.seq, was.seq, "the same place");
             assert_eq!(again.position, was.position);
             let read = getranges(&server) - before;
@@ -1062,9 +1292,15 @@ async fn an_arrival_again_by_a_stable_id_reads_a_bounded_part_of_the_tail() {
     p.state = RoomState::Open;
     p.total_active_users = 0;
     p.new_users_per_minute = 0;
-    let _ = store.poll(&p, member, first.seq, T0 + 4_000).await.unwrap();
+    let _ = store
+        .poll(&p, member, 0, first.seq, T0 + 4_000)
+        .await
+        .unwrap();
     assert!(is_admitted(
-        &store.arrive(&p, member, T0 + 4_001).await.unwrap()
+        &store
+            .arrive(&p, member, 0, Arrival::Known, T0 + 4_001)
+            .await
+            .unwrap()
     ));
     assert!(store.check(&p, T0 + 4_001).await.unwrap().is_empty());
 }
@@ -1085,7 +1321,7 @@ async fn every_ids_chunk_keeps_its_expiry_at_any_queue_size() {
             let (store, p) = (&store, &p);
             async move {
                 let v = vid(1_000_000 + round * 64 + i);
-                store.arrive_new(p, v, T0).await.unwrap()
+                store.arrive(p, v, 0, Arrival::New, T0).await.unwrap()
             }
         });
         futures::future::join_all(calls).await;
@@ -1121,7 +1357,10 @@ async fn a_release_without_a_ticket_reads_the_batches_a_part_a_call() {
         let v = vid(2_000_000 + round);
         // One newcomer a call at its own millisecond: one batch each.
         assert!(is_admitted(
-            &store.arrive_new(&p, v, T0 + round).await.unwrap()
+            &store
+                .arrive(&p, v, 0, Arrival::New, T0 + round)
+                .await
+                .unwrap()
         ));
         last = Some(v);
     }
@@ -1132,9 +1371,15 @@ async fn a_release_without_a_ticket_reads_the_batches_a_part_a_call() {
             .unwrap_or(0)
     };
     let before = calls(&server);
-    assert!(store.release(&p, last.unwrap(), T0 + 1_000).await.unwrap());
+    assert!(store
+        .end(&p, last.unwrap(), End::Release, T0 + 1_000)
+        .await
+        .unwrap());
     assert!(calls(&server) - before >= 3, "a part a call");
-    assert!(!store.release(&p, vid(42), T0 + 1_000).await.unwrap());
+    assert!(!store
+        .end(&p, vid(42), End::Release, T0 + 1_000)
+        .await
+        .unwrap());
     assert_eq!(store.stats(&p, T0 + 1_000).await.unwrap().active, 599);
 }
 
@@ -1157,7 +1402,10 @@ async fn a_queue_crosses_an_ids_chunk_boundary_at_production_size() {
             let (store, p) = (&store, &p);
             async move {
                 let v = vid(5_000_000 + next + i);
-                (v, place(&store.arrive_new(p, v, T0).await.unwrap()).seq)
+                (
+                    v,
+                    place(&store.arrive(p, v, 0, Arrival::New, T0).await.unwrap()).seq,
+                )
             }
         });
         places.extend(futures::future::join_all(calls).await);
@@ -1170,17 +1418,19 @@ async fn a_queue_crosses_an_ids_chunk_boundary_at_production_size() {
     // Places on both sides of the boundary are found where they stand.
     for rank in [2_000 + 65_535, 2_000 + 65_536, 2_000 + 65_600] {
         let (v, seq) = places[rank];
-        let at = place(&store.poll(&p, v, seq, T0 + 1).await.unwrap());
+        let at = place(&store.poll(&p, v, 0, seq, T0 + 1).await.unwrap());
         assert_eq!(at.position, rank as u64 + 1, "rank {rank}");
     }
     // The queue moves past the first chunk: it is deleted.
     p.state = RoomState::Open;
     p.total_active_users = 2_000 + 65_600;
     for (v, seq) in places.iter().step_by(997) {
-        let _ = store.poll(&p, *v, *seq, T0 + 2).await.unwrap();
+        let _ = store.poll(&p, *v, 0, *seq, T0 + 2).await.unwrap();
     }
     let (v, seq) = places[2_000 + 65_599];
-    assert!(is_admitted(&store.poll(&p, v, seq, T0 + 2).await.unwrap()));
+    assert!(is_admitted(
+        &store.poll(&p, v, 0, seq, T0 + 2).await.unwrap()
+    ));
     let chunks: Vec<String> = server.cmd(&["KEYS", "wr:{boundary}:tail_ids:*"]);
     assert_eq!(chunks, ["wr:{boundary}:tail_ids:1"]);
     assert!(store.check(&p, T0 + 2).await.unwrap().is_empty());
@@ -1213,7 +1463,10 @@ async fn builds_of_two_layouts_on_one_redis_never_oversell() {
     p.room = Arc::from("upgrade");
     // This build makes the room: it is marked as this layout.
     assert!(is_admitted(
-        &current.arrive_new(&p, vid(1), T0).await.unwrap()
+        &current
+            .arrive(&p, vid(1), 0, Arrival::New, T0)
+            .await
+            .unwrap()
     ));
     let layout: String = server.cmd(&["HGET", "wr:{upgrade}:meta", "layout"]);
     assert_eq!(layout, LAYOUT_VERSION.to_string());
@@ -1224,9 +1477,9 @@ async fn builds_of_two_layouts_on_one_redis_never_oversell() {
         futures::future::join_all((from..from + 500).map(move |i| async move {
             let v = vid(100 + i);
             if i % 2 == 0 {
-                current.arrive_new(p, v, T0 + 1).await
+                current.arrive(p, v, 0, Arrival::New, T0 + 1).await
             } else {
-                next.arrive_new(p, v, T0 + 1).await
+                next.arrive(p, v, 0, Arrival::New, T0 + 1).await
             }
         }))
     };
@@ -1286,16 +1539,19 @@ async fn an_expand_release_decides_beside_the_next_layout() {
     let mut p = policy(100, 0);
     p.room = Arc::from("expand");
     assert!(is_admitted(
-        &expand.arrive_new(&p, vid(1), T0).await.unwrap()
+        &expand
+            .arrive(&p, vid(1), 0, Arrival::New, T0)
+            .await
+            .unwrap()
     ));
     let verdicts = futures::future::join_all((0..1_000u64).map(|i| {
         let (expand, next, p) = (&expand, &next, &p);
         async move {
             let v = vid(100 + i);
             if i % 2 == 0 {
-                expand.arrive_new(p, v, T0 + 1).await
+                expand.arrive(p, v, 0, Arrival::New, T0 + 1).await
             } else {
-                next.arrive_new(p, v, T0 + 1).await
+                next.arrive(p, v, 0, Arrival::New, T0 + 1).await
             }
         }
     }))
@@ -1325,7 +1581,7 @@ async fn an_unmarked_room_is_read_and_marked() {
     let mut p = policy(5, 0);
     p.room = Arc::from("unmarked");
     assert!(is_admitted(
-        &store.arrive_new(&p, vid(1), T0).await.unwrap()
+        &store.arrive(&p, vid(1), 0, Arrival::New, T0).await.unwrap()
     ));
     let _: i64 = server.cmd(&["HDEL", "wr:{unmarked}:meta", "layout"]);
     assert_eq!(store.stats(&p, T0 + 1).await.unwrap().active, 1);
@@ -1359,10 +1615,15 @@ async fn unacknowledged_decisions_and_noreplicas_are_unavailable() {
         .unwrap();
     let plain = RedisStore::connect(&urls, TIMEOUT).await.unwrap();
     let p = policy(5, 0);
-    assert!(is_admitted(&acked.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &acked
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
 
     replica.pause();
-    let result = acked.arrive(&p, vid(2), T0).await;
+    let result = acked.arrive(&p, vid(2), 0, Arrival::Known, T0).await;
     match &result {
         Err(StoreError::Unavailable(why)) => assert!(why.contains("0 of 1 replicas"), "{why}"),
         other => panic!("{other:?}"),
@@ -1373,7 +1634,7 @@ async fn unacknowledged_decisions_and_noreplicas_are_unavailable() {
 
     let _: () = server.cmd(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
     let _: () = server.cmd(&["CONFIG", "SET", "min-replicas-to-write", "2"]);
-    let result = plain.arrive(&p, vid(3), T0).await;
+    let result = plain.arrive(&p, vid(3), 0, Arrival::Known, T0).await;
     assert!(
         matches!(&result, Err(StoreError::Unavailable(why)) if why == "NOREPLICAS"),
         "{result:?}"
@@ -1395,7 +1656,11 @@ async fn a_lost_history_holds_newcomers_until_the_sessions_checked_in() {
     let p = policy(2, 0);
     let mut expiries = Vec::new();
     for i in 1..=2 {
-        match store.arrive(&p, vid(i), T0).await.unwrap() {
+        match store
+            .arrive(&p, vid(i), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+        {
             Verdict::Admitted { session_expires_ms } => expiries.push(session_expires_ms),
             v => panic!("{v:?}"),
         }
@@ -1417,7 +1682,10 @@ async fn a_lost_history_holds_newcomers_until_the_sessions_checked_in() {
     // newcomer now would be admitted (nothing held yet). The upkeep sees it:
     store.upkeep().await;
     let t1 = T0 + 1_000;
-    let held = store.arrive(&p, vid(10), t1).await.unwrap();
+    let held = store
+        .arrive(&p, vid(10), 0, Arrival::Known, t1)
+        .await
+        .unwrap();
     assert!(matches!(held, Verdict::Queued(_)), "{held:?}");
     // Within the hold, the lost sessions check in and are counted again.
     let check_in = p.check_in_interval_ms();
@@ -1428,7 +1696,10 @@ async fn a_lost_history_holds_newcomers_until_the_sessions_checked_in() {
     // After it, the room is full: the newcomer waits.
     let after = t1 + check_in + 1;
     assert!(matches!(
-        store.arrive(&p, vid(11), after).await.unwrap(),
+        store
+            .arrive(&p, vid(11), 0, Arrival::Known, after)
+            .await
+            .unwrap(),
         Verdict::Queued(_)
     ));
     assert_eq!(store.stats(&p, after).await.unwrap().active, 2);
@@ -1457,7 +1728,7 @@ async fn member_again_redis_time_at_180000_queued() {
                 let (store, p) = (store.clone(), p.clone());
                 tokio::spawn(async move {
                     store
-                        .arrive_new(&p, VisitorId::random(), T0 + i)
+                        .arrive(&p, VisitorId::random(), 0, Arrival::New, T0 + i)
                         .await
                         .unwrap()
                 })
@@ -1468,7 +1739,12 @@ async fn member_again_redis_time_at_180000_queued() {
         }
         queued += 64;
         if queued == 64 * 1_000 {
-            place(&store.arrive(&p, member, T0 + 1).await.unwrap());
+            place(
+                &store
+                    .arrive(&p, member, 0, Arrival::Known, T0 + 1)
+                    .await
+                    .unwrap(),
+            );
         }
     }
     let stat = |server: &RedisServer| -> (u64, u64) {
@@ -1484,7 +1760,10 @@ async fn member_again_redis_time_at_180000_queued() {
     };
     let (calls0, usec0) = stat(&server);
     for round in 0..20 {
-        store.arrive(&p, member, T0 + 10_000 + round).await.unwrap();
+        store
+            .arrive(&p, member, 0, Arrival::Known, T0 + 10_000 + round)
+            .await
+            .unwrap();
     }
     let (calls1, usec1) = stat(&server);
     let per_call = (usec1 - usec0) as f64 / (calls1 - calls0) as f64;

@@ -14,7 +14,7 @@ use redis_server::RedisCluster;
 use waitroom::clock::Millis;
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{
-    QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+    Arrival, QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,8 +102,14 @@ async fn each_room_lives_in_one_slot_and_rooms_spread_over_nodes() {
     let names: Vec<String> = (0..12).map(|i| format!("room-{i}")).collect();
     for name in &names {
         let p = room(name);
-        store.arrive(&p, vid(1), T0).await.unwrap();
-        store.arrive(&p, vid(2), T0).await.unwrap();
+        store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap();
+        store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap();
     }
     let mut nodes_used = HashSet::new();
     for name in &names {
@@ -132,11 +138,21 @@ async fn each_room_lives_in_one_slot_and_rooms_spread_over_nodes() {
 async fn scripts_are_reloaded_after_script_flush_on_every_node() {
     let (cluster, store) = start().await;
     let p = room("flushed");
-    assert!(is_admitted(&store.arrive(&p, vid(1), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(1), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     for node in &cluster.nodes {
         let _: () = node.cmd(&["SCRIPT", "FLUSH"]);
     }
-    let q = place(&store.arrive(&p, vid(2), T0).await.unwrap());
+    let q = place(
+        &store
+            .arrive(&p, vid(2), 0, Arrival::Known, T0)
+            .await
+            .unwrap(),
+    );
     assert_eq!(q.position, 1);
     assert_eq!(store.stats(&p, T0).await.unwrap().active, 1);
 }
@@ -145,10 +161,23 @@ async fn scripts_are_reloaded_after_script_flush_on_every_node() {
 async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     let (cluster, store) = start().await;
     let p = room("lost");
-    assert!(is_admitted(&store.arrive(&p, vid(0), T0).await.unwrap()));
+    assert!(is_admitted(
+        &store
+            .arrive(&p, vid(0), 0, Arrival::Known, T0)
+            .await
+            .unwrap()
+    ));
     let mut seqs = Vec::new();
     for i in 1..=3 {
-        seqs.push(place(&store.arrive(&p, vid(i), T0 + i).await.unwrap()).seq);
+        seqs.push(
+            place(
+                &store
+                    .arrive(&p, vid(i), 0, Arrival::Known, T0 + i)
+                    .await
+                    .unwrap(),
+            )
+            .seq,
+        );
     }
     for node in &cluster.nodes {
         let _: () = node.cmd(&["FLUSHALL"]);
@@ -158,19 +187,31 @@ async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
         ..p.clone()
     };
     assert_eq!(
-        place(&store.poll(&paused, vid(3), seqs[2], T0 + 10).await.unwrap()).position,
+        place(
+            &store
+                .poll(&paused, vid(3), 0, seqs[2], T0 + 10)
+                .await
+                .unwrap()
+        )
+        .position,
         1
     );
     assert_eq!(
-        place(&store.poll(&paused, vid(2), seqs[1], T0 + 11).await.unwrap()).position,
+        place(
+            &store
+                .poll(&paused, vid(2), 0, seqs[1], T0 + 11)
+                .await
+                .unwrap()
+        )
+        .position,
         1
     );
     // The session was lost too: with room again, the ticket order decides.
     assert!(is_admitted(
-        &store.poll(&p, vid(2), seqs[1], T0 + 12).await.unwrap()
+        &store.poll(&p, vid(2), 0, seqs[1], T0 + 12).await.unwrap()
     ));
     assert_eq!(
-        place(&store.poll(&p, vid(3), seqs[2], T0 + 12).await.unwrap()).position,
+        place(&store.poll(&p, vid(3), 0, seqs[2], T0 + 12).await.unwrap()).position,
         1
     );
 }

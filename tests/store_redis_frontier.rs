@@ -20,7 +20,8 @@ use redis_server::RedisServer;
 use waitroom::clock::Millis;
 use waitroom::store::redis::RedisStore;
 use waitroom::store::{
-    QueuePlace, QueueingMethod, RoomOverrides, RoomPolicy, RoomState, Store, Verdict, VisitorId,
+    Arrival, End, Maintenance, QueuePlace, QueueingMethod, RoomOverrides, RoomPolicy, RoomState,
+    Store, Verdict, VisitorId,
 };
 
 const T0: Millis = 1_800_000_000_000;
@@ -59,7 +60,7 @@ async fn fill(store: &RedisStore, p: &RoomPolicy, n: usize, at: Millis) -> Vec<(
     let mut queued = Vec::new();
     for _ in 0..n {
         let v = VisitorId::random();
-        if let Verdict::Queued(place) = store.arrive(p, v, at).await.unwrap() {
+        if let Verdict::Queued(place) = store.arrive(p, v, 0, Arrival::Known, at).await.unwrap() {
             queued.push((v, place.seq));
         }
     }
@@ -87,7 +88,7 @@ fn scripts_run(server: &RedisServer) -> u64 {
 /// refresh runs in the background; the first poll at a new time starts it).
 async fn described(store: &RedisStore, p: &RoomPolicy, probe: (VisitorId, u64), at: Millis) {
     for _ in 0..200 {
-        if let Ok(Verdict::Queued(_)) = store.poll(p, probe.0, probe.1, at).await {
+        if let Ok(Verdict::Queued(_)) = store.poll(p, probe.0, 0, probe.1, at).await {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if store.frontier_made(&p.room) == Some(at) {
@@ -103,7 +104,10 @@ async fn answers_without_a_script_never_hide_an_admission_or_reorder_the_queue()
     let p = room("walk");
     for _ in 0..50 {
         assert!(matches!(
-            store.arrive(&p, VisitorId::random(), T0).await.unwrap(),
+            store
+                .arrive(&p, VisitorId::random(), 0, Arrival::Known, T0)
+                .await
+                .unwrap(),
             Verdict::Admitted { .. }
         ));
     }
@@ -131,7 +135,7 @@ async fn answers_without_a_script_never_hide_an_admission_or_reorder_the_queue()
             };
             waiting.insert(seq, (v, now));
             let before = scripts_run(&server);
-            let verdict = store.poll(&p, v, seq, now).await.unwrap();
+            let verdict = store.poll(&p, v, 0, seq, now).await.unwrap();
             total += 1;
             match verdict {
                 Verdict::Queued(QueuePlace { position, .. }) => {
@@ -158,7 +162,7 @@ async fn answers_without_a_script_never_hide_an_admission_or_reorder_the_queue()
                     let earlier: Vec<(u64, VisitorId)> =
                         waiting.range(..seq).map(|(s, (v, _))| (*s, *v)).collect();
                     for (s, e) in earlier {
-                        let v = store.poll(&p, e, s, now).await.unwrap();
+                        let v = store.poll(&p, e, 0, s, now).await.unwrap();
                         assert!(matches!(v, Verdict::Admitted { .. }), "an inversion: {v:?}");
                         waiting.remove(&s);
                         admitted += 1;
@@ -192,7 +196,7 @@ async fn polls_answered_without_a_script_keep_a_visitor_from_being_abandoned() {
         described(&store, &p, keen[keen.len() - 1], now).await;
         for &(v, seq) in keen {
             let before = scripts_run(&server);
-            let verdict = store.poll(&p, v, seq, now).await.unwrap();
+            let verdict = store.poll(&p, v, 0, seq, now).await.unwrap();
             assert!(matches!(verdict, Verdict::Queued(_)), "{verdict:?}");
             answered_without_script += usize::from(scripts_run(&server) == before);
         }
@@ -229,7 +233,7 @@ async fn released_places_resets_and_lost_queues_are_seen_at_once() {
     let at = T0 + SECOND;
     described(&store, &p, a, at).await;
     assert!(matches!(
-        store.poll(&p, b.0, b.1, at).await.unwrap(),
+        store.poll(&p, b.0, 0, b.1, at).await.unwrap(),
         Verdict::Queued(_)
     ));
 
@@ -237,18 +241,18 @@ async fn released_places_resets_and_lost_queues_are_seen_at_once() {
     let other = RedisStore::connect(&[server.url()], Duration::from_secs(5))
         .await
         .unwrap();
-    assert!(other.release(&p, b.0, at).await.unwrap());
+    assert!(other.end(&p, b.0, End::Release, at).await.unwrap());
     let later = at + 300;
     described(&store, &p, a, later).await;
     assert_eq!(
-        store.poll(&p, b.0, b.1, later).await.unwrap(),
+        store.poll(&p, b.0, 0, b.1, later).await.unwrap(),
         Verdict::Ended
     );
 
     // A reset through this instance: every old ticket is ended at once.
     store.reset(&p, later).await.unwrap();
     assert_eq!(
-        store.poll(&p, a.0, a.1, later).await.unwrap(),
+        store.poll(&p, a.0, 0, a.1, later).await.unwrap(),
         Verdict::Ended
     );
 
@@ -260,7 +264,7 @@ async fn released_places_resets_and_lost_queues_are_seen_at_once() {
     let _: () = server.cmd(&["FLUSHALL"]);
     let after = at + 300;
     for _ in 0..50 {
-        let _ = store.poll(&p, c.0, c.1, after).await;
+        let _ = store.poll(&p, c.0, 0, c.1, after).await;
         if exact_rank(&server, "ended", c.0).is_some() {
             break;
         }
@@ -283,7 +287,7 @@ async fn a_rate_raised_elsewhere_is_read_before_deciding_and_widens_the_frontier
     let at = T0 + SECOND;
     described(&store, &p, near, at).await;
     let before = scripts_run(&server);
-    store.poll(&p, near.0, near.1, at).await.unwrap();
+    store.poll(&p, near.0, 0, near.1, at).await.unwrap();
     assert_eq!(
         scripts_run(&server),
         before,
@@ -306,7 +310,7 @@ async fn a_rate_raised_elsewhere_is_read_before_deciding_and_widens_the_frontier
     // guard does) and asks again.
     let far = queued[1_900];
     assert!(matches!(
-        store.poll(&p, far.0, far.1, at + 2_000).await,
+        store.poll(&p, far.0, 0, far.1, at + 2_000).await,
         Err(waitroom::store::StoreError::Stale(1))
     ));
     // Read, the change widens its frontier.
@@ -315,7 +319,7 @@ async fn a_rate_raised_elsewhere_is_read_before_deciding_and_widens_the_frontier
     let later = at + 2_300;
     described(&store, &p, queued[1_500], later).await;
     let before = scripts_run(&server);
-    store.poll(&p, near.0, near.1, later).await.unwrap();
+    store.poll(&p, near.0, 0, near.1, later).await.unwrap();
     assert_eq!(
         scripts_run(&server),
         before + 1,
@@ -343,7 +347,7 @@ async fn a_frontier_in_the_tail_is_counted_without_who_left() {
             let (store, p) = (&store, &p);
             async move {
                 let v = VisitorId::random();
-                (v, store.arrive_new(p, v, T0).await.unwrap())
+                (v, store.arrive(p, v, 0, Arrival::New, T0).await.unwrap())
             }
         });
         for (v, verdict) in futures::future::join_all(calls).await {
@@ -356,7 +360,7 @@ async fn a_frontier_in_the_tail_is_counted_without_who_left() {
     let tail: u64 = server.cmd(&["ZCARD", "wr:{long}:tail"]);
     assert!(queued.len() > 7_000 && tail > 0, "{} queued", queued.len());
     for &(v, _) in &queued[2_000..2_600] {
-        assert!(store.release(&p, v, T0 + SECOND).await.unwrap());
+        assert!(store.end(&p, v, End::Release, T0 + SECOND).await.unwrap());
     }
     // The admissions at T0 leave the window at T0 + 60 s: descriptions made
     // just before count them as free places ahead (the bound is 3,000).
@@ -368,7 +372,7 @@ async fn a_frontier_in_the_tail_is_counted_without_who_left() {
     // this poll's).
     let (v, seq) = queued[600 + 2_900];
     let before = scripts_run(&server);
-    let verdict = store.poll(&p, v, seq, T0 + 60_050).await.unwrap();
+    let verdict = store.poll(&p, v, 0, seq, T0 + 60_050).await.unwrap();
     assert!(
         !matches!(verdict, Verdict::Queued(_)) || scripts_run(&server) > before,
         "answered from the description: {verdict:?}"

@@ -20,6 +20,7 @@ use std::time::Duration;
 use redis_server::RedisServer;
 use support::{from_origin, Harness};
 use waitroom::config::{Backend, RegionConfig};
+use waitroom::store::End;
 use waitroom::telemetry::exposition::{CLASSIC, OPENMETRICS_1_0_0};
 
 /// What Prometheus 2.x sends when it scrapes (Debian's 2.42 included).
@@ -49,7 +50,7 @@ async fn busy_room() -> Harness {
     h.clock.advance(Duration::from_secs(30));
     assert!(h
         .store()
-        .release(&h.policy(), holder, h.clock_now())
+        .end(&h.policy(), holder, End::Release, h.clock_now())
         .await
         .unwrap());
     assert_eq!(h.status(&waiting).await["state"], "admitted");

@@ -38,7 +38,9 @@ use crate::clock::{Millis, SharedClock};
 use crate::config::{Config, FailMode};
 use crate::domain::{RoomOverrides, RoomPolicy, VisitorId};
 use crate::store::memory::MemoryStore;
-use crate::store::{EventStart, RoomStats, RoomTotals, SharedStore, Store, StoreError, Verdict};
+use crate::store::{
+    Arrival, End, EventStart, RoomStats, RoomTotals, SharedStore, Store, StoreError, Verdict,
+};
 use crate::telemetry::Telemetry;
 
 use super::lag::RuntimeLag;
@@ -231,7 +233,11 @@ impl StoreGuard {
         let shared = self
             .decide(room, now, |p| {
                 policy = p.clone();
-                async move { self.shared.arrive_new_in(&p, visitor, lane, now).await }
+                async move {
+                    self.shared
+                        .arrive(&p, visitor, lane, Arrival::New, now)
+                        .await
+                }
             })
             .await;
         match shared {
@@ -246,7 +252,9 @@ impl StoreGuard {
                 match self.local_policy(room) {
                     Some((local, policy)) => {
                         let visitor = VisitorId::random();
-                        let verdict = local.arrive_in(&policy, visitor, lane, now).await?;
+                        let verdict = local
+                            .arrive(&policy, visitor, lane, Arrival::Known, now)
+                            .await?;
                         Ok((visitor, verdict))
                     }
                     None => Err(e),
@@ -261,7 +269,7 @@ impl StoreGuard {
     /// too late: the id may hold a place it earned before, and a new one
     /// made meanwhile is the member's own, found again at their next try.
     /// `unseen`: the room has not seen the member lately
-    /// (`Store::arrive_unseen`).
+    /// (`Arrival::Unseen`).
     pub async fn arrive_member(
         &self,
         room: &Room,
@@ -273,17 +281,22 @@ impl StoreGuard {
         if self.shared.answers().is_some() && self.lag.recent() >= self.timeout / 2 {
             return Err(StoreError::Busy);
         }
+        let kind = match unseen {
+            true => Arrival::Unseen,
+            false => Arrival::Known,
+        };
         let shared = self
             .decide(room, now, |p| async move {
-                match unseen {
-                    true => self.shared.arrive_unseen(&p, visitor, lane, now).await,
-                    false => self.shared.arrive_in(&p, visitor, lane, now).await,
-                }
+                self.shared.arrive(&p, visitor, lane, kind, now).await
             })
             .await;
         match shared {
             Err(e) if !matches!(e, StoreError::Busy) => match self.local_policy(room) {
-                Some((local, policy)) => local.arrive_in(&policy, visitor, lane, now).await,
+                Some((local, policy)) => {
+                    local
+                        .arrive(&policy, visitor, lane, Arrival::Known, now)
+                        .await
+                }
                 None => Err(e),
             },
             other => other,
@@ -302,12 +315,12 @@ impl StoreGuard {
     ) -> Result<Verdict, StoreError> {
         match self
             .decide(room, now, |p| async move {
-                self.shared.poll_in(&p, visitor, lane, seq, now).await
+                self.shared.poll(&p, visitor, lane, seq, now).await
             })
             .await
         {
             Err(e) => match self.local_policy(room) {
-                Some((local, policy)) => local.poll_in(&policy, visitor, lane, seq, now).await,
+                Some((local, policy)) => local.poll(&policy, visitor, lane, seq, now).await,
                 None => Err(e),
             },
             ok => ok,
@@ -347,7 +360,7 @@ impl StoreGuard {
         now: Millis,
     ) -> Result<bool, StoreError> {
         self.on_room(room, now, |p| async move {
-            self.shared.release(&p, visitor, now).await
+            self.shared.end(&p, visitor, End::Release, now).await
         })
         .await
     }
@@ -368,7 +381,7 @@ impl StoreGuard {
         let result = self
             .on_room(room, now, |p| async move {
                 self.shared
-                    .end_session(&p, visitor, ticket_expires, now)
+                    .end(&p, visitor, End::Session(ticket_expires), now)
                     .await
             })
             .await;
@@ -399,7 +412,9 @@ impl StoreGuard {
         };
         for (i, (policy, visitor, expires)) in batch.iter().enumerate() {
             let now = self.clock.now_ms();
-            let end = self.shared.end_session(policy, *visitor, *expires, now);
+            let end = self
+                .shared
+                .end(policy, *visitor, End::Session(*expires), now);
             if self.call(end).await.is_err() {
                 let mut ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
                 ends.extend(batch[i..].iter().cloned());
@@ -612,7 +627,9 @@ impl StoreGuard {
         let mut released = 0u64;
         for (i, (policy, visitor, arrived)) in batch.iter().enumerate() {
             let now = self.clock.now_ms();
-            let release = self.shared.release_arrival(policy, *visitor, *arrived, now);
+            let release = self
+                .shared
+                .end(policy, *visitor, End::Arrival(*arrived), now);
             match self.call(release).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
@@ -786,12 +803,14 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
     use crate::domain::RoomOverrides;
-    use crate::store::{RoomStats, RoomTotals, Store, StoreError, Verdict};
+    use crate::store::{Arrival, End, RoomStats, RoomTotals, Store, StoreError, Verdict};
     use async_trait::async_trait;
 
     /// A store that carries out each decision and then answers too late, as
     /// Redis does when its reply is delayed past the caller's timeout.
     struct LateStore(MemoryStore);
+
+    impl crate::store::Maintenance for LateStore {}
 
     #[async_trait]
     impl Store for LateStore {
@@ -799,9 +818,11 @@ mod tests {
             &self,
             r: &RoomPolicy,
             v: VisitorId,
+            lane: u8,
+            kind: Arrival,
             now: Millis,
         ) -> Result<Verdict, StoreError> {
-            let verdict = self.0.arrive(r, v, now).await;
+            let verdict = self.0.arrive(r, v, lane, kind, now).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             verdict
         }
@@ -809,10 +830,11 @@ mod tests {
             &self,
             r: &RoomPolicy,
             v: VisitorId,
+            lane: u8,
             seq: u64,
             now: Millis,
         ) -> Result<Verdict, StoreError> {
-            self.0.poll(r, v, seq, now).await
+            self.0.poll(r, v, lane, seq, now).await
         }
         async fn check_in(
             &self,
@@ -823,22 +845,14 @@ mod tests {
         ) -> Result<Option<Millis>, StoreError> {
             self.0.check_in(r, v, t, now).await
         }
-        async fn release(
+        async fn end(
             &self,
             r: &RoomPolicy,
             v: VisitorId,
+            end: End,
             now: Millis,
         ) -> Result<bool, StoreError> {
-            self.0.release(r, v, now).await
-        }
-        async fn end_session(
-            &self,
-            r: &RoomPolicy,
-            v: VisitorId,
-            t: Millis,
-            now: Millis,
-        ) -> Result<bool, StoreError> {
-            self.0.end_session(r, v, t, now).await
+            self.0.end(r, v, end, now).await
         }
         async fn stats(&self, r: &RoomPolicy, now: Millis) -> Result<RoomStats, StoreError> {
             self.0.stats(r, now).await

@@ -36,7 +36,7 @@ use crate::clock::Millis;
 use crate::config::RoomConfig;
 use crate::domain::VisitorId;
 use crate::gate::eta::RateTracker;
-use crate::store::{Store, StoreError, Verdict};
+use crate::store::{Arrival, End, Store, StoreError, Verdict};
 
 /// The virtual clock starts here (any time after the store's `seq` epoch).
 const START_MS: Millis = 1_800_000_000_000;
@@ -375,7 +375,7 @@ impl Run<'_> {
                 Event::CheckIn(i) => self.check_in(i, at).await?,
                 Event::Leave(i) => {
                     let id = self.visitors[i as usize].id;
-                    self.store.release(&self.policy, id, at).await?;
+                    self.store.end(&self.policy, id, End::Release, at).await?;
                 }
             }
         }
@@ -418,7 +418,10 @@ impl Run<'_> {
         let i = self.visitors.len() as u32;
         let id = VisitorId(self.rng.gen());
         self.summary.arrived += 1;
-        let verdict = self.store.arrive_new(&self.policy, id, now).await?;
+        let verdict = self
+            .store
+            .arrive(&self.policy, id, 0, Arrival::New, now)
+            .await?;
         let mut visitor = Visitor {
             id,
             joined: now,
@@ -480,7 +483,7 @@ impl Run<'_> {
             return Ok(());
         }
         let (id, seq) = (v.id, v.seq);
-        match self.store.poll(&self.policy, id, seq, now).await? {
+        match self.store.poll(&self.policy, id, 0, seq, now).await? {
             Verdict::Admitted { session_expires_ms } => {
                 let v = &mut self.visitors[i as usize];
                 v.admitted = Some(now);

@@ -277,106 +277,108 @@ pub enum StoreError {
     Busy,
 }
 
+/// What the caller of [`Store::arrive`] knows of the visitor's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Anything: the room may hold a session or a place for it.
+    Known,
+    /// Nothing: the id was just made for it ([`VisitorId::random`]) and is
+    /// never looked up by id later. A store may skip looking it up; the
+    /// daemon's newcomers all come this way.
+    New,
+    /// A stable id the room has not seen lately (a token's member whose
+    /// `sub` was not noted within a day): a store may skip the lookups
+    /// whose cost grows with the queue (Redis: reading the tail), not the
+    /// others; its session and place are found by id at its next arrival.
+    Unseen,
+}
+
+/// Which ending [`Store::end`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The operator releases a visitor (the admin API): its session or
+    /// its place.
+    Release,
+    /// An admitted visitor's session, by the ticket the caller holds,
+    /// whose session expiry this is (as for `check_in`): a store may find
+    /// the session by it without reading every session. A session the
+    /// store does not hold (lost, or renewed by a store that stood in) is
+    /// recorded as ended all the same, while the ticket lives, so no
+    /// ticket of it brings it back. The origin's `revoke` and a ticket
+    /// used from too many networks come this way.
+    Session(Millis),
+    /// A visitor whose `arrive` at this time may have landed after its
+    /// caller gave up: a session it got ends no earlier than this plus the
+    /// room's session duration, which a store may use to look less far.
+    Arrival(Millis),
+}
+
 /// The shared state of every room. See the module docs for the semantics.
+/// What the daemon does with a store off the request path: checks,
+/// pings, upkeep and flushes. Every hook has a default for a store that
+/// needs none (an in-process store).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// A visitor without a valid ticket arrives: admit, enqueue at the back,
-    /// or reject, in one atomic step. A visitor the room already holds gets
-    /// its session or place back. (On Redis, finding a place in the tail
-    /// reads the whole tail, which grows with the queue: visitors whose id
-    /// was just made come through [`Store::arrive_new`].)
+pub trait Maintenance: Send + Sync {
+    /// Checks the room's state against the invariants of its layout (the
+    /// relations between what a backend keeps in several places) and says
+    /// what is violated, one sentence each; empty when nothing is. The
+    /// property tests call it after every step; operators reach it through
+    /// the admin API (`GET /api/rooms/{id}/check`).
+    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        let _ = (room, now_ms);
+        Ok(Vec::new())
+    }
+
+    /// How many answers the store's server has given so far, if it counts
+    /// them: a call that timed out while answers kept coming was waiting
+    /// on this process, not on a store that is down (`gate::guard`).
+    fn answers(&self) -> Option<u64> {
+        None
+    }
+
+    /// Periodic upkeep the daemon runs every few seconds, off the request
+    /// path (Redis: re-measures the server clock that deadlines are set in).
+    async fn upkeep(&self) {}
+
+    /// The cheapest call the store answers, to tell a store that is busy
+    /// (it answers, late) from one that is unreachable (`gate::guard`).
+    /// An in-process store always answers.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Writes out what a backend holds back for a room to write in batches
+    /// (Redis: polls answered from a queue description); the daemon calls
+    /// it every few seconds per room.
+    async fn flush(&self, _room: &RoomPolicy, _now_ms: Millis) {}
+}
+
+#[async_trait]
+pub trait Store: Maintenance + Send + Sync + 'static {
+    /// A visitor without a valid ticket arrives in `lane` (0: the general
+    /// queue; a priority lane `1..=room.lanes.count`): admit, enqueue at
+    /// the back of its lane, or reject, in one atomic step. A visitor the
+    /// room already holds, in any lane, gets its session or place back.
+    /// `kind` says what the caller knows of the id, so a store may skip
+    /// lookups that cannot find anything ([`Arrival`]).
     async fn arrive(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        lane: u8,
+        kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError>;
 
-    /// `arrive` for a visitor whose id was just made for it
-    /// ([`VisitorId::random`]), so it holds no session and no place: a
-    /// store may skip looking it up. The daemon's new visitors all come
-    /// this way.
-    async fn arrive_new(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive(room, visitor, now_ms).await
-    }
-
-    /// `arrive` into a priority lane (`lane` in `1..=room.lanes.count`; 0
-    /// is the general queue, as `arrive`): a visitor the room already
-    /// holds, in any lane, gets its session or place back; a newcomer waits
-    /// at the back of its lane.
-    /// (A store without lanes answers lane 0 only.)
-    async fn arrive_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        match lane {
-            0 => self.arrive(room, visitor, now_ms).await,
-            _ => Err(StoreError::Protocol("this store has no lanes".into())),
-        }
-    }
-
-    /// `arrive_in` for a visitor whose id was just made for it (as
-    /// [`Store::arrive_new`]): a store may skip looking it up.
-    async fn arrive_new_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        match lane {
-            0 => self.arrive_new(room, visitor, now_ms).await,
-            _ => self.arrive_in(room, visitor, lane, now_ms).await,
-        }
-    }
-
-    /// `arrive_in` for a visitor by a stable id the room has not seen
-    /// lately (a token's member whose `sub` was not noted within a day): a
-    /// store may skip the lookups whose cost grows with the queue (Redis:
-    /// reading the tail), not the others, and its session and place are
-    /// found by id at its next arrival.
-    async fn arrive_unseen(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive_in(room, visitor, lane, now_ms).await
-    }
-
-    /// `poll` of a visitor whose ticket says it waits in `lane`: a place
-    /// the store lost is put back in that lane at `seq` (I5).
-    async fn poll_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        match lane {
-            0 => self.poll(room, visitor, seq, now_ms).await,
-            _ => Err(StoreError::Protocol("this store has no lanes".into())),
-        }
-    }
-
-    /// A queued visitor polls. `seq` is the order its ticket carries: if the
-    /// store has no entry and no session for the visitor, the entry is put
-    /// back at `seq` (I5), unless the place was ended ([`Verdict::Ended`]).
-    /// Updates the visitor's last-poll time.
+    /// A queued visitor polls. `lane` and `seq` are its ticket's: if the
+    /// store has no place and no session for the visitor, the place is put
+    /// back in that lane at `seq` (I5), unless it was ended
+    /// ([`Verdict::Ended`]). Updates the visitor's last-poll time.
     async fn poll(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        lane: u8,
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError>;
@@ -396,47 +398,18 @@ pub trait Store: Send + Sync + 'static {
         now_ms: Millis,
     ) -> Result<Option<Millis>, StoreError>;
 
-    /// Ends a visitor's session (or queue place). True if there was one. An
-    /// ended session is remembered until it would have expired, so its
-    /// ticket cannot re-create it at check-in; an ended queue place for
+    /// Ends a visitor's session (or queue place); `end` says what the
+    /// caller knows of it ([`End`]). True if there was one. An ended
+    /// session is remembered until it would have expired, so its ticket
+    /// cannot re-create it at check-in; an ended queue place for
     /// `abandon_after`, so its ticket cannot put it back.
-    async fn release(
+    async fn end(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        end: End,
         now_ms: Millis,
     ) -> Result<bool, StoreError>;
-
-    /// `release` of an admitted visitor whose ticket the caller holds:
-    /// `ticket_expires_ms` is the session expiry that ticket carries (as
-    /// for `check_in`), by which a store may find the session without
-    /// reading every session. A session the store does not hold (lost, or
-    /// renewed by a store that stood in) is recorded as ended all the
-    /// same, while the ticket lives, so no ticket of it brings it back.
-    /// The origin's `revoke` and a ticket used from too many networks come
-    /// this way.
-    async fn end_session(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        ticket_expires_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError>;
-
-    /// `release` of a visitor whose `arrive` at `arrived_ms` may have
-    /// landed after its caller gave up: a session it got ends no earlier
-    /// than `arrived_ms` plus the room's session duration, which a store
-    /// may use to look less far.
-    async fn release_arrival(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        arrived_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        let _ = arrived_ms;
-        self.release(room, visitor, now_ms).await
-    }
 
     /// Live figures (after the same housekeeping every operation does).
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError>;
@@ -444,7 +417,7 @@ pub trait Store: Send + Sync + 'static {
     /// Cumulative counts since the room was created or reset.
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError>;
 
-    /// Empties the room: no sessions (they are ended, as by `release`), no
+    /// Empties the room: no sessions (they are ended, as by `end`), no
     /// queue (every queue ticket issued so far is void), no rate history.
     /// Overrides stay.
     async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError>;
@@ -485,39 +458,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// The operator's runtime changes to a room, if any.
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError>;
-
-    /// Checks the room's state against the invariants of its layout (the
-    /// relations between what a backend keeps in several places) and says
-    /// what is violated, one sentence each; empty when nothing is. The
-    /// property tests call it after every step; operators reach it through
-    /// the admin API (`GET /api/rooms/{id}/check`).
-    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
-        let _ = (room, now_ms);
-        Ok(Vec::new())
-    }
-
-    /// How many answers the store's server has given so far, if it counts
-    /// them: a call that timed out while answers kept coming was waiting
-    /// on this process, not on a store that is down (`gate::guard`).
-    fn answers(&self) -> Option<u64> {
-        None
-    }
-
-    /// Periodic upkeep the daemon runs every few seconds, off the request
-    /// path (Redis: re-measures the server clock that deadlines are set in).
-    async fn upkeep(&self) {}
-
-    /// The cheapest call the store answers, to tell a store that is busy
-    /// (it answers, late) from one that is unreachable (`gate::guard`).
-    /// An in-process store always answers.
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    /// Writes out what a backend holds back for a room to write in batches
-    /// (Redis: polls answered from a queue description); the daemon calls
-    /// it every few seconds per room.
-    async fn flush(&self, _room: &RoomPolicy, _now_ms: Millis) {}
 
     /// Replaces (or, with `None`, clears) the room's runtime changes.
     async fn set_overrides(

@@ -33,9 +33,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    EventStart, Lanes, Noted, QueuePlace, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy,
-    RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, PASS_LIMIT,
-    RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
+    Arrival, End, EventStart, Lanes, Noted, QueuePlace, QueueingMethod, RejectReason,
+    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict,
+    VisitorId, MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
 };
 
 /// The first seq a room may hand out at `now`: one per `1 / SEQ_PER_MS`
@@ -516,29 +516,23 @@ impl ModelStore {
     }
 }
 
+impl super::Maintenance for ModelStore {}
+
 #[async_trait]
 impl Store for ModelStore {
     async fn arrive(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        Ok(self.with(room, |r| r.arrive(room, visitor, 0, now_ms)))
-    }
-
-    async fn arrive_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
         lane: u8,
+        _kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let lane = super::lane_index(room, lane)?;
         Ok(self.with(room, |r| r.arrive(room, visitor, lane, now_ms)))
     }
 
-    async fn poll_in(
+    async fn poll(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
@@ -548,16 +542,6 @@ impl Store for ModelStore {
     ) -> Result<Verdict, StoreError> {
         let lane = super::lane_index(room, lane)?;
         Ok(self.with(room, |r| r.poll(room, visitor, lane, seq, now_ms)))
-    }
-
-    async fn poll(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        Ok(self.with(room, |r| r.poll(room, visitor, 0, seq, now_ms)))
     }
 
     async fn check_in(
@@ -572,24 +556,18 @@ impl Store for ModelStore {
         }))
     }
 
-    async fn release(
+    async fn end(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        end: End,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        Ok(self.with(room, |r| r.release(room, visitor, now_ms)))
-    }
-
-    async fn end_session(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        ticket_expires_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        Ok(self.with(room, |r| {
-            r.end_session(room, visitor, ticket_expires_ms, now_ms)
+        Ok(self.with(room, |r| match end {
+            End::Session(ticket_expires_ms) => {
+                r.end_session(room, visitor, ticket_expires_ms, now_ms)
+            }
+            End::Release | End::Arrival(_) => r.release(room, visitor, now_ms),
         }))
     }
 

@@ -20,8 +20,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
-    EventSpec, EventStart, Lanes, QueuePlace, QueueingMethod, RejectReason, RoomOverrides,
-    RoomPolicy, RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict, VisitorId,
+    Arrival, End, EventSpec, EventStart, Lanes, QueuePlace, QueueingMethod, RejectReason,
+    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict,
+    VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -165,20 +166,24 @@ struct Room<'a> {
 
 impl Room<'_> {
     async fn arrive(&self, v: VisitorId, now: Millis) -> Verdict {
-        self.h.store.arrive(&self.p, v, now).await.unwrap()
-    }
-    async fn poll(&self, v: VisitorId, seq: u64, now: Millis) -> Verdict {
-        self.h.store.poll(&self.p, v, seq, now).await.unwrap()
-    }
-    async fn arrive_in(&self, v: VisitorId, lane: u8, now: Millis) -> Verdict {
-        self.h.store.arrive_in(&self.p, v, lane, now).await.unwrap()
-    }
-    async fn poll_in(&self, v: VisitorId, lane: u8, seq: u64, now: Millis) -> Verdict {
         self.h
             .store
-            .poll_in(&self.p, v, lane, seq, now)
+            .arrive(&self.p, v, 0, Arrival::Known, now)
             .await
             .unwrap()
+    }
+    async fn poll(&self, v: VisitorId, seq: u64, now: Millis) -> Verdict {
+        self.h.store.poll(&self.p, v, 0, seq, now).await.unwrap()
+    }
+    async fn arrive_in(&self, v: VisitorId, lane: u8, now: Millis) -> Verdict {
+        self.h
+            .store
+            .arrive(&self.p, v, lane, Arrival::Known, now)
+            .await
+            .unwrap()
+    }
+    async fn poll_in(&self, v: VisitorId, lane: u8, seq: u64, now: Millis) -> Verdict {
+        self.h.store.poll(&self.p, v, lane, seq, now).await.unwrap()
     }
     /// Arrives `n` new visitors in `lane` at `now`, each queued at its back.
     async fn queue_in(&self, lane: u8, n: usize, now: Millis) -> Vec<(VisitorId, u64)> {
@@ -212,13 +217,17 @@ impl Room<'_> {
             .unwrap()
     }
     async fn release(&self, v: VisitorId, now: Millis) -> bool {
-        self.h.store.release(&self.p, v, now).await.unwrap()
+        self.h
+            .store
+            .end(&self.p, v, End::Release, now)
+            .await
+            .unwrap()
     }
     /// A release by a visitor's ticket (the origin's revoke).
     async fn end_session(&self, v: VisitorId, ticket_expires: Millis, now: Millis) -> bool {
         self.h
             .store
-            .end_session(&self.p, v, ticket_expires, now)
+            .end(&self.p, v, End::Session(ticket_expires), now)
             .await
             .unwrap()
     }
@@ -274,9 +283,9 @@ pub async fn capacity_holds_under_concurrent_arrivals(h: &Harness) {
                 // Half come the daemon's way (an id just made, looked up by
                 // nobody), mixed with the others in the same batches.
                 let verdict = if t % 2 == 0 {
-                    store.arrive_new(&p, v, now).await
+                    store.arrive(&p, v, 0, Arrival::New, now).await
                 } else {
-                    store.arrive(&p, v, now).await
+                    store.arrive(&p, v, 0, Arrival::Known, now).await
                 };
                 out.push((v, verdict.unwrap()));
             }
@@ -355,7 +364,9 @@ pub async fn rate_limit_holds_under_concurrent_arrivals(h: &Harness) {
             let mut n = 0;
             for _ in 0..50 {
                 let v = VisitorId::random();
-                if let Verdict::Admitted { .. } = store.arrive(&p, v, T0).await.unwrap() {
+                if let Verdict::Admitted { .. } =
+                    store.arrive(&p, v, 0, Arrival::Known, T0).await.unwrap()
+                {
                     n += 1;
                 }
             }
@@ -1597,7 +1608,12 @@ async fn queue_many(r: &Room<'_>, n: usize, now: Millis) -> Vec<(VisitorId, u64)
     for chunk in visitors(n).chunks(64) {
         let calls = chunk.iter().map(|&v| {
             let (store, p) = (r.h.store.clone(), r.p.clone());
-            async move { (v, queued(store.arrive_new(&p, v, now).await.unwrap()).seq) }
+            async move {
+                (
+                    v,
+                    queued(store.arrive(&p, v, 0, Arrival::New, now).await.unwrap()).seq,
+                )
+            }
         });
         q.extend(futures::future::join_all(calls).await);
     }
@@ -1703,7 +1719,7 @@ pub async fn visitors_who_leave_far_back_are_never_admitted(h: &Harness) {
     assert_eq!(r.totals().await.abandoned, quitters.len() as u64);
 }
 
-/// Newcomers admitted together (the daemon's `arrive_new`, many at once;
+/// Newcomers admitted together (`Arrival::New`, the daemon's way, many at once;
 /// the Redis store keeps their sessions as one entry per call, see
 /// lua/lib/sessions.lua) are sessions one by one: each counts,
 /// checks in by its ticket, renews, is released, reset or expires alone,
@@ -1754,7 +1770,12 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
     // (Promoted by whichever call came first after the release.)
     assert!(admitted(r.poll(head, head_seq, T0 + 4).await) >= T0 + 3 + SESSION + GRACE);
     let late = VisitorId::random();
-    let late_place = queued(h.store.arrive_new(&p, late, T0 + 5).await.unwrap());
+    let late_place = queued(
+        h.store
+            .arrive(&p, late, 0, Arrival::New, T0 + 5)
+            .await
+            .unwrap(),
+    );
     assert_eq!(r.stats(T0 + 5).await.active, N as u64);
 
     // Renewed, then released: neither of its tickets brings it back.
@@ -1831,7 +1852,7 @@ pub async fn newcomers_admitted_together_are_sessions_one_by_one(h: &Harness) {
     }
 }
 
-/// `n` new visitors at once through the daemon's `arrive_new` (so a store
+/// `n` new visitors at once as the daemon arrives them, `Arrival::New` (so a store
 /// that decides concurrent arrivals together does), in the order they were
 /// sent, with their verdicts.
 async fn arrive_together(
@@ -1846,7 +1867,7 @@ async fn arrive_together(
             let (store, p) = (h.store.clone(), p.clone());
             (
                 v,
-                tokio::spawn(async move { store.arrive_new(&p, v, now).await }),
+                tokio::spawn(async move { store.arrive(&p, v, 0, Arrival::New, now).await }),
             )
         })
         .collect();
@@ -2047,7 +2068,7 @@ pub async fn a_lane_with_all_the_share_goes_first(h: &Harness) {
     admitted(r.poll(general[0].0, general[0].1, at).await);
 }
 
-/// A member the room had not seen (`arrive_unseen`, which may skip the
+/// A member the room had not seen (`Arrival::Unseen`, which may skip the
 /// costly lookups) holds a session or a place like anyone, found by id at
 /// its next arrival, in the general queue or a lane, past the head too.
 pub async fn an_unseen_member_is_found_by_id_when_it_comes_again(h: &Harness) {
@@ -2056,7 +2077,12 @@ pub async fn an_unseen_member_is_found_by_id_when_it_comes_again(h: &Harness) {
     p.lanes = Lanes::with_shares(&[300]);
     let r = bind(h, p);
     let inside = VisitorId::random();
-    let expiry = admitted(r.h.store.arrive_unseen(&r.p, inside, 0, T0).await.unwrap());
+    let expiry = admitted(
+        r.h.store
+            .arrive(&r.p, inside, 0, Arrival::Unseen, T0)
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         r.arrive(inside, T0 + SECOND).await,
         Verdict::Admitted {
@@ -2068,7 +2094,7 @@ pub async fn an_unseen_member_is_found_by_id_when_it_comes_again(h: &Harness) {
         let v = VisitorId::random();
         let place = queued(
             r.h.store
-                .arrive_unseen(&r.p, v, lane, T0 + SECOND)
+                .arrive(&r.p, v, lane, Arrival::Unseen, T0 + SECOND)
                 .await
                 .unwrap(),
         );

@@ -42,9 +42,9 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{
-    lane_index, next_seq, EventStart, LaneTurns, Noted, QueuePlace, QueueingMethod, RejectReason,
-    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict,
-    VisitorId, MAX_LANES,
+    lane_index, next_seq, Arrival, End, EventStart, LaneTurns, Maintenance, Noted, QueuePlace,
+    QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals,
+    Store, StoreError, Verdict, VisitorId, MAX_LANES,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};
@@ -165,23 +165,15 @@ impl Store for MemoryStore {
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        Ok(self.with_room(room, |r| r.arrive(room, visitor, 0, now_ms)))
-    }
-
-    async fn arrive_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
         lane: u8,
+        _kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let lane = lane_index(room, lane)?;
         Ok(self.with_room(room, |r| r.arrive(room, visitor, lane, now_ms)))
     }
 
-    async fn poll_in(
+    async fn poll(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
@@ -191,16 +183,6 @@ impl Store for MemoryStore {
     ) -> Result<Verdict, StoreError> {
         let lane = lane_index(room, lane)?;
         Ok(self.with_room(room, |r| r.poll(room, visitor, lane, seq, now_ms)))
-    }
-
-    async fn poll(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        Ok(self.with_room(room, |r| r.poll(room, visitor, 0, seq, now_ms)))
     }
 
     async fn check_in(
@@ -215,33 +197,23 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn release(
+    async fn end(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        end: End,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        Ok(self.with_room(room, |r| r.release(room, visitor, now_ms)))
-    }
-
-    async fn end_session(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        ticket_expires_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        Ok(self.with_room(room, |r| {
-            r.end_session(room, visitor, ticket_expires_ms, now_ms)
+        Ok(self.with_room(room, |r| match end {
+            End::Session(ticket_expires_ms) => {
+                r.end_session(room, visitor, ticket_expires_ms, now_ms)
+            }
+            End::Release | End::Arrival(_) => r.release(room, visitor, now_ms),
         }))
     }
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         Ok(self.with_room(room, |r| r.stats(room, now_ms)))
-    }
-
-    async fn check(&self, room: &RoomPolicy, _now_ms: Millis) -> Result<Vec<String>, StoreError> {
-        Ok(self.with_room(room, |r| r.violations()))
     }
 
     async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
@@ -338,6 +310,13 @@ impl Store for MemoryStore {
             None => all.remove(room),
         };
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Maintenance for MemoryStore {
+    async fn check(&self, room: &RoomPolicy, _now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        Ok(self.with_room(room, |r| r.violations()))
     }
 }
 

@@ -25,7 +25,7 @@ pub struct Waiter {
     pub policy: RoomPolicy,
     pub visitor: VisitorId,
     /// What its id may hold.
-    pub kind: super::Arrival,
+    pub kind: crate::store::Arrival,
     pub now: Millis,
     /// Redis server time after which its caller has given up (0 = none).
     pub deadline_us: i64,

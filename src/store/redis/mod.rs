@@ -38,8 +38,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, Script, ScriptInvocation, Value};
 
 use super::{
-    EventStart, Millis, Noted, QueueingMethod, RoomOverrides, RoomPolicy, RoomState, RoomStats,
-    RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, RATE_WINDOW_MS,
+    Arrival, End, EventStart, Maintenance, Millis, Noted, QueueingMethod, RoomOverrides,
+    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES,
+    RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
 use frontier::{Description, Frontiers};
@@ -184,7 +185,7 @@ struct Inner {
     replid: tokio::sync::Mutex<Option<String>>,
     /// Calls Redis answered (`Store::answers`).
     answers: AtomicU64,
-    /// The sessions this instance ended lately (`end_session`), sent again
+    /// The sessions this instance ended lately (`End::Session`), sent again
     /// to a room held after a loss: a failover must not bring back a
     /// revoked session (the newest last).
     recent_ends: std::sync::Mutex<std::collections::VecDeque<RecentEnd>>,
@@ -860,7 +861,7 @@ impl Inner {
         }
     }
 
-    /// `release`: a session in `batches` is looked up among the batches
+    /// `end`: a session in `batches` is looked up among the batches
     /// ending within what the caller knows of its expiry. Knowing nothing,
     /// the function reads the batches and the tail a bounded part a call
     /// and says where to go on (`lua/release.lua`): no call holds Redis long
@@ -1135,27 +1136,15 @@ fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreEr
     })
 }
 
-/// What an arrival's id may hold (how `lua/arrive_many.lua` treats it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Arrival {
-    /// Anything: looked up everywhere.
-    Known,
-    /// Nothing, and never looked up by id later: just made.
-    New,
-    /// A stable id not seen lately (a member): looked up, but not in the
-    /// tail.
-    Unseen,
-}
-
 /// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
 #[derive(Clone, Copy)]
 struct Flags {
     /// Hold back whoever finds the region's grant used up (region mode).
     hold: bool,
-    /// Every id was just made ([`Store::arrive_new`]): look nobody up.
+    /// Every id was just made ([`Arrival::New`]): look nobody up.
     fresh: bool,
     /// Every id was just made or not seen lately
-    /// ([`Store::arrive_unseen`]): the tail is not read.
+    /// ([`Arrival::Unseen`]): the tail is not read.
     unseen: bool,
 }
 
@@ -1173,6 +1162,59 @@ impl Flags {
 }
 
 impl RedisStore {
+    /// A poll in the general queue: answered from the queue's description
+    /// where it can be (a rate-limited FIFO room), else by `lua/poll.lua`.
+    async fn poll_general(
+        &self,
+        room: &RoomPolicy,
+        visitor: VisitorId,
+        seq: u64,
+        now_ms: Millis,
+    ) -> Result<Verdict, StoreError> {
+        let inner = &self.inner;
+        // Only a rate-limited FIFO queue has a frontier (see `frontier`).
+        if room.method == QueueingMethod::Fifo
+            && room.new_users_per_minute > 0
+            && room.state != RoomState::Closed
+        {
+            let lookup = inner.frontiers.lookup(&room.room, visitor, seq, now_ms);
+            if lookup.refresh {
+                if let Some(seen) = inner.frontiers.claim(&room.room, true) {
+                    let (inner, room) = (Arc::clone(inner), room.clone());
+                    tokio::spawn(async move { inner.refresh_frontier(&room, now_ms, seen).await });
+                }
+            }
+            if let Some(place) = lookup.place {
+                return Ok(Verdict::Queued(place));
+            }
+        }
+        let keys = RoomKeys::new(&room.room);
+        // A visitor within the free room is admitted at this poll (I4),
+        // however far back: each call promotes at most PROMOTE_MAX ahead
+        // of it, so the poll is asked again while the function says so.
+        // A poll that leaves its visitor queued promises nothing new (the
+        // place is its ticket's), so on one node only a poll that admits
+        // waits for the replicas; on a Cluster every poll does (a `WAIT`
+        // must go with its call to the slot's primary).
+        let cluster = matches!(inner.conn, Connection::Cluster(_));
+        let acks = if cluster { inner.acks } else { None };
+        for _ in 0..MAX_POLL_ROUNDS {
+            let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
+            inv.arg(visitor.to_hex()).arg(seq);
+            let reply = inner.run_room_acked(&inv, acks).await?;
+            if !wire::is_more(&reply) {
+                let verdict = decode_verdict(&reply)?;
+                if !cluster && matches!(verdict, Verdict::Admitted { .. }) {
+                    inner.acknowledged().await?;
+                }
+                return Ok(verdict);
+            }
+        }
+        Err(StoreError::Protocol(
+            "poll: promotion did not reach the visitor".into(),
+        ))
+    }
+
     /// An arrival in `lane` of an id that may hold what `kind` says: the
     /// general queue's go through the batches, a lane's through
     /// `lua/lane.lua` (op `a`, `n` or `u` as `kind`).
@@ -1231,56 +1273,14 @@ impl Store for RedisStore {
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive_in_batch(room, visitor, Arrival::Known, now_ms)
-            .await
-    }
-
-    async fn arrive_unseen(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
         lane: u8,
+        kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        self.arrive_kind(room, visitor, lane, Arrival::Unseen, now_ms)
-            .await
+        self.arrive_kind(room, visitor, lane, kind, now_ms).await
     }
 
-    async fn arrive_new(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive_in_batch(room, visitor, Arrival::New, now_ms)
-            .await
-    }
-
-    async fn arrive_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive_kind(room, visitor, lane, Arrival::Known, now_ms)
-            .await
-    }
-
-    async fn arrive_new_in(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        self.arrive_kind(room, visitor, lane, Arrival::New, now_ms)
-            .await
-    }
-
-    async fn poll_in(
+    async fn poll(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
@@ -1289,64 +1289,13 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         match crate::store::lane_index(room, lane)? {
-            0 => self.poll(room, visitor, seq, now_ms).await,
+            0 => self.poll_general(room, visitor, seq, now_ms).await,
             _ => {
                 self.inner
                     .in_lane(room, visitor, lane, "p", seq, now_ms)
                     .await
             }
         }
-    }
-
-    async fn poll(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        let inner = &self.inner;
-        // Only a rate-limited FIFO queue has a frontier (see `frontier`).
-        if room.method == QueueingMethod::Fifo
-            && room.new_users_per_minute > 0
-            && room.state != RoomState::Closed
-        {
-            let lookup = inner.frontiers.lookup(&room.room, visitor, seq, now_ms);
-            if lookup.refresh {
-                if let Some(seen) = inner.frontiers.claim(&room.room, true) {
-                    let (inner, room) = (Arc::clone(inner), room.clone());
-                    tokio::spawn(async move { inner.refresh_frontier(&room, now_ms, seen).await });
-                }
-            }
-            if let Some(place) = lookup.place {
-                return Ok(Verdict::Queued(place));
-            }
-        }
-        let keys = RoomKeys::new(&room.room);
-        // A visitor within the free room is admitted at this poll (I4),
-        // however far back: each call promotes at most PROMOTE_MAX ahead
-        // of it, so the poll is asked again while the function says so.
-        // A poll that leaves its visitor queued promises nothing new (the
-        // place is its ticket's), so on one node only a poll that admits
-        // waits for the replicas; on a Cluster every poll does (a `WAIT`
-        // must go with its call to the slot's primary).
-        let cluster = matches!(inner.conn, Connection::Cluster(_));
-        let acks = if cluster { inner.acks } else { None };
-        for _ in 0..MAX_POLL_ROUNDS {
-            let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
-            inv.arg(visitor.to_hex()).arg(seq);
-            let reply = inner.run_room_acked(&inv, acks).await?;
-            if !wire::is_more(&reply) {
-                let verdict = decode_verdict(&reply)?;
-                if !cluster && matches!(verdict, Verdict::Admitted { .. }) {
-                    inner.acknowledged().await?;
-                }
-                return Ok(verdict);
-            }
-        }
-        Err(StoreError::Protocol(
-            "poll: promotion did not reach the visitor".into(),
-        ))
     }
 
     async fn check_in(
@@ -1366,41 +1315,23 @@ impl Store for RedisStore {
         }
     }
 
-    async fn release(
+    async fn end(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,
+        end: End,
         now_ms: Millis,
     ) -> Result<bool, StoreError> {
-        self.inner
-            .release(room, visitor, Expiry::Unknown, now_ms)
-            .await
-    }
-
-    async fn end_session(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        ticket_expires_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        let bounds = Expiry::Ticket(ticket_expires_ms);
+        let bounds = match end {
+            End::Release => Expiry::Unknown,
+            End::Session(ticket_expires_ms) => Expiry::Ticket(ticket_expires_ms),
+            End::Arrival(arrived_ms) => Expiry::From(arrived_ms + room.session_duration_ms),
+        };
         let ended = self.inner.release(room, visitor, bounds, now_ms).await;
-        if ended.is_ok() {
+        if let (Ok(_), End::Session(ticket_expires_ms)) = (&ended, end) {
             self.inner.ended(room, visitor, ticket_expires_ms, now_ms);
         }
         ended
-    }
-
-    async fn release_arrival(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        arrived_ms: Millis,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        let bounds = Expiry::From(arrived_ms + room.session_duration_ms);
-        self.inner.release(room, visitor, bounds, now_ms).await
     }
 
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
@@ -1432,25 +1363,6 @@ impl Store for RedisStore {
             oldest_admission_ms,
             lane_queued,
         })
-    }
-
-    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
-        let keys = RoomKeys::new(&room.room);
-        let inv = self
-            .inner
-            .room_call(RoomFn::Check, &keys.0, room, now_ms, 0);
-        // It only reads: no acknowledgements to wait for.
-        match self.inner.run_room_acked(&inv, None).await? {
-            Value::Array(items) => items
-                .iter()
-                .map(|v| match v {
-                    Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-                    Value::SimpleString(s) => Ok(s.clone()),
-                    v => Err(protocol("check", v)),
-                })
-                .collect(),
-            v => Err(protocol("check", &v)),
-        }
     }
 
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
@@ -1500,40 +1412,6 @@ impl Store for RedisStore {
             self.inner.frontiers.forget(&room.room);
         }
         Ok(moved)
-    }
-
-    fn answers(&self) -> Option<u64> {
-        Some(self.inner.answers.load(Ordering::Relaxed))
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        // (Not TIME: a ping that waited behind a long script would measure
-        // the server clock wrong.)
-        let reply: Result<String, StoreError> = match self.inner.conn.handle() {
-            Handle::Single(mut c) => {
-                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
-            }
-            Handle::Cluster(mut c) => {
-                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
-            }
-        };
-        self.inner.saw(&reply);
-        reply.map(|_| ())
-    }
-
-    async fn upkeep(&self) {
-        self.inner.verify_now(true).await;
-        if let Err(e) = self.inner.sync_clock().await {
-            tracing::debug!(error = %e, "Redis server clock not measured this time");
-        }
-    }
-
-    async fn flush(&self, room: &RoomPolicy, now_ms: Millis) {
-        // Polls answered from a description are written with the next
-        // refresh; a room whose polls stopped gets one here.
-        if let Some(seen) = self.inner.frontiers.claim_pending(&room.room) {
-            self.inner.refresh_frontier(room, now_ms, seen).await;
-        }
     }
 
     async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
@@ -1604,6 +1482,62 @@ impl Store for RedisStore {
             inv.arg(json).arg(o.revision);
         }
         self.inner.run_writing(&inv).await.map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Maintenance for RedisStore {
+    async fn check(&self, room: &RoomPolicy, now_ms: Millis) -> Result<Vec<String>, StoreError> {
+        let keys = RoomKeys::new(&room.room);
+        let inv = self
+            .inner
+            .room_call(RoomFn::Check, &keys.0, room, now_ms, 0);
+        // It only reads: no acknowledgements to wait for.
+        match self.inner.run_room_acked(&inv, None).await? {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                    Value::SimpleString(s) => Ok(s.clone()),
+                    v => Err(protocol("check", v)),
+                })
+                .collect(),
+            v => Err(protocol("check", &v)),
+        }
+    }
+
+    fn answers(&self) -> Option<u64> {
+        Some(self.inner.answers.load(Ordering::Relaxed))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        // (Not TIME: a ping that waited behind a long script would measure
+        // the server clock wrong.)
+        let reply: Result<String, StoreError> = match self.inner.conn.handle() {
+            Handle::Single(mut c) => {
+                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
+            }
+            Handle::Cluster(mut c) => {
+                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
+            }
+        };
+        self.inner.saw(&reply);
+        reply.map(|_| ())
+    }
+
+    async fn upkeep(&self) {
+        self.inner.verify_now(true).await;
+        if let Err(e) = self.inner.sync_clock().await {
+            tracing::debug!(error = %e, "Redis server clock not measured this time");
+        }
+    }
+
+    async fn flush(&self, room: &RoomPolicy, now_ms: Millis) {
+        // Polls answered from a description are written with the next
+        // refresh; a room whose polls stopped gets one here.
+        if let Some(seen) = self.inner.frontiers.claim_pending(&room.room) {
+            self.inner.refresh_frontier(room, now_ms, seen).await;
+        }
     }
 }
 

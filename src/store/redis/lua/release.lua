@@ -1,7 +1,7 @@
 -- release: ends a visitor's session or queue place. ARGV[4] = visitor;
 -- ARGV[5], ARGV[6] = the bounds of its session's expiry, if known ('' if
 -- not): equal for the expiry its ticket carries (end_session), ARGV[5]
--- alone for an arrival whose caller gave up (release_arrival: no earlier
+-- alone for an arrival whose caller gave up (End::Arrival: no earlier
 -- than that). ARGV[7] = where a search by visitor goes on ('b:<n>' in the
 -- batches, 't:<n>' in the tail; absent: from the start).
 -- Returns 1 if there was one, 0 if not, or {cursor} when a release that
