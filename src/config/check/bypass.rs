@@ -1,11 +1,37 @@
-//! A room's secret bypass header (`[room.bypass_header]`).
+//! What a room forwards without a ticket: bypass paths, client
+//! addresses (`bypass_ips`) and the secret header (`[room.bypass_header]`).
 
+use ipnet::IpNet;
+
+use super::values::check_path;
 use super::Checker;
 use crate::config::keypath::KeyPath;
-use crate::config::raw::RawBypassHeader;
+use crate::config::raw::{RawBypassHeader, RawRoom};
 use crate::config::Secret;
 
 impl Checker<'_, '_> {
+    /// The room's bypass paths, client addresses and secret header.
+    pub(super) fn room_bypasses(
+        &mut self,
+        p: &KeyPath,
+        raw: &mut RawRoom,
+    ) -> (Vec<String>, Vec<IpNet>, Option<(http::HeaderName, Secret)>) {
+        let mut bypass_paths = Vec::new();
+        let paths = raw.bypass_paths.take().unwrap_or_default();
+        for (i, path) in paths.iter().enumerate() {
+            match check_path(path) {
+                Ok(canonical) => bypass_paths.push(canonical),
+                Err(why) => self.fail(&p.key("bypass_paths").index(i), format!("{path:?} {why}")),
+            }
+        }
+        let bypass_ips = self.nets(&p.key("bypass_ips"), raw.bypass_ips.take());
+        let bypass_header = raw
+            .bypass_header
+            .take()
+            .and_then(|h| self.bypass_header(&p.key("bypass_header"), h));
+        (bypass_paths, bypass_ips, bypass_header)
+    }
+
     pub(super) fn bypass_header(
         &mut self,
         p: &KeyPath,

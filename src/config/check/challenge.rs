@@ -1,12 +1,13 @@
-//! A room's captcha challenge (`room.challenge` and its settings), in
-//! place of the proof of work.
+//! A room's challenge: a captcha provider (`room.challenge` and its
+//! settings) in place of the proof of work, and the bot score a trusted
+//! proxy reports (`bot_score_header`, `min_bot_score`).
 
 use std::time::Duration;
 
 use super::Checker;
 use crate::config::keypath::KeyPath;
-use crate::config::raw::RawCaptcha;
-use crate::config::{Captcha, ChallengeKind, Secret};
+use crate::config::raw::{RawCaptcha, RawRoom};
+use crate::config::{BotScore, Captcha, ChallengeKind, FailedChallenge, Secret};
 
 /// Most captcha verifications in flight at once per room and instance,
 /// and how many by default (`room.challenge_concurrency`).
@@ -110,5 +111,58 @@ impl Checker<'_, '_> {
             on_error: raw.on_error.unwrap_or_default(),
             concurrency,
         })
+    }
+
+    /// `bot_score_header` and `min_bot_score`, both or neither; the bots
+    /// they name go to the shadow queue, so `failed_challenge` must not
+    /// be `"retry"`.
+    pub(super) fn bot_score(
+        &mut self,
+        p: &KeyPath,
+        raw: &mut RawRoom,
+        failed_challenge: FailedChallenge,
+    ) -> Option<BotScore> {
+        match (raw.bot_score_header.take(), raw.min_bot_score) {
+            (None, None) => None,
+            (Some(header), Some(min)) => {
+                let name = http::HeaderName::from_bytes(header.as_bytes()).ok();
+                if name.is_none() {
+                    self.fail(
+                        &p.key("bot_score_header"),
+                        format!("{header:?} is not a valid HTTP header name"),
+                    );
+                }
+                if !(1..=99).contains(&min) {
+                    self.fail(
+                        &p.key("min_bot_score"),
+                        format!("{min} is out of range: 1 to 99 (scores below it are bots)"),
+                    );
+                }
+                if failed_challenge == FailedChallenge::Retry {
+                    self.fail(
+                        &p.key("failed_challenge"),
+                        "bot_score_header sends the visitors it names to the shadow queue: set failed_challenge = \"shadow\" (or \"log\" to count them first)",
+                    );
+                }
+                name.map(|header| BotScore {
+                    header,
+                    min: min.clamp(1, 99) as u8,
+                })
+            }
+            (Some(_), None) => {
+                self.fail(
+                    &p.key("min_bot_score"),
+                    "missing: bot_score_header needs the score below which a visitor is a bot",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                self.fail(
+                    &p.key("bot_score_header"),
+                    "missing: min_bot_score needs the header a trusted proxy puts the score in",
+                );
+                None
+            }
+        }
     }
 }
