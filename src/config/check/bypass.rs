@@ -73,3 +73,64 @@ impl Checker<'_, '_> {
         Some((name?, Secret(value)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, refusals_with, with};
+
+    fn room(keys: &str) -> Vec<String> {
+        refusals(&with("room", keys))
+    }
+
+    #[test]
+    fn bypass_paths_and_addresses_are_checked_one_by_one() {
+        assert_eq!(
+            room("bypass_paths = [\"/static/\", \"static\"]"),
+            [r#"room[0].bypass_paths[1]: "static" must start with /"#]
+        );
+        assert_eq!(
+            room("bypass_ips = [\"10.0.0.0/8\", \"ten\"]"),
+            [
+                r#"room[0].bypass_ips[1]: "ten" is not an IP address or CIDR block such as "10.0.0.0/8""#
+            ]
+        );
+    }
+
+    /// A room with `keys` in `[room.bypass_header]` and `vars` in the environment.
+    fn bypass(keys: &str, vars: &[(&str, &str)]) -> Vec<String> {
+        let src = format!("{}[room.bypass_header]\n{keys}\n", with("room", ""));
+        refusals_with(&src, vars)
+    }
+
+    #[test]
+    fn the_bypass_header_is_a_header_name() {
+        assert_eq!(
+            bypass(
+                "name = \"x bypass\"\nvalue_env = \"BYPASS\"",
+                &[("BYPASS", "s3cret")]
+            ),
+            [r#"room[0].bypass_header.name: "x bypass" is not a valid HTTP header name"#]
+        );
+    }
+
+    #[test]
+    fn the_bypass_value_is_set_and_can_match_a_header() {
+        let keys = "name = \"x-bypass\"\nvalue_env = \"BYPASS\"";
+        let unset = "room[0].bypass_header.value_env: environment variable BYPASS is not set; it holds the bypass header's secret value";
+        assert_eq!(bypass(keys, &[]), [unset]);
+        assert_eq!(bypass(keys, &[("BYPASS", "")]), [unset]);
+        for value in [" s3cret", "s3cret\n", "s3\u{1}cret"] {
+            assert_eq!(
+                bypass(keys, &[("BYPASS", value)]),
+                ["room[0].bypass_header.value_env: the value of BYPASS cannot match any request header: it has surrounding whitespace or characters not allowed in a header value"],
+                "{value:?}"
+            );
+        }
+        assert_eq!(
+            bypass("name = \"x-bypass\"\nvalue_env = \"1BYPASS\"", &[]),
+            [
+                r#"room[0].bypass_header.value_env: "1BYPASS" is not an environment variable name (letters, digits and _, not starting with a digit)"#
+            ]
+        );
+    }
+}

@@ -166,3 +166,119 @@ impl Checker<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{overlay, refusals, refusals_with, with};
+
+    fn room(keys: &str) -> Vec<String> {
+        refusals(&with("room", keys))
+    }
+
+    /// A room asking the Turnstile captcha, with `keys` besides (a key
+    /// given replaces the valid one) and its secret in the environment.
+    fn turnstile(keys: &str) -> Vec<String> {
+        let valid = "challenge = \"turnstile\"\nchallenge_site_key = \"0x4AAAAAAA\"\nchallenge_secret_env = \"TS_SECRET\"";
+        let src = with("room", &overlay(valid, keys));
+        refusals_with(&src, &[("TS_SECRET", "secret")])
+    }
+
+    #[test]
+    fn a_captcha_room_asks_no_proof_of_work() {
+        assert!(turnstile("").is_empty());
+        assert_eq!(
+            turnstile("proof_of_work = 16"),
+            ["room[0].proof_of_work: the room asks the turnstile challenge: proof_of_work must be 0"]
+        );
+    }
+
+    #[test]
+    fn the_site_key_is_one_printable_word() {
+        for key in ["", "0x4 AAA", "0x4\\\"<b>"] {
+            assert_eq!(
+                turnstile(&format!("challenge_site_key = \"{key}\"")),
+                ["room[0].challenge_site_key: missing or not a key: the turnstile site key"],
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_secret_variable_is_named_and_set() {
+        assert_eq!(
+            turnstile("challenge_secret_env = \"OTHER\""),
+            ["room[0].challenge_secret_env: environment variable OTHER is not set; it holds the turnstile secret key"]
+        );
+        // Left out, it is an empty name.
+        let src = with(
+            "room",
+            "challenge = \"hcaptcha\"\nchallenge_site_key = \"k\"",
+        );
+        assert_eq!(
+            refusals_with(&src, &[]),
+            [
+                r#"room[0].challenge_secret_env: "" is not an environment variable name (letters, digits and _, not starting with a digit)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn the_provider_urls_are_http_or_https() {
+        for url in ["ftp://verify.example/", "/siteverify", "https://"] {
+            assert_eq!(
+                turnstile(&format!("challenge_verify_url = {url:?}")),
+                [format!(
+                    "room[0].challenge_verify_url: {url:?} is not an http(s) URL"
+                )]
+            );
+        }
+        for url in [
+            "javascript:alert(1)",
+            "https://cdn.example/a b.js",
+            "https://cdn.example/\"x",
+        ] {
+            assert_eq!(
+                turnstile(&format!("challenge_script_url = {url:?}")),
+                [format!(
+                    "room[0].challenge_script_url: {url:?} is not an http(s) URL"
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn the_timeout_and_concurrency_are_in_range() {
+        assert_eq!(
+            turnstile("challenge_timeout = \"0s\""),
+            ["room[0].challenge_timeout: must be longer than 0, got \"0s\""]
+        );
+        for n in [0, 10_001] {
+            assert_eq!(
+                turnstile(&format!("challenge_concurrency = {n}")),
+                [format!("room[0].challenge_concurrency: {n} is out of range: 1 to 10000 verifications in flight at once")]
+            );
+        }
+    }
+
+    #[test]
+    fn a_bot_score_needs_its_header_its_minimum_and_the_shadow_queue() {
+        assert_eq!(
+            room("bot_score_header = \"cf-bot-score\"\nfailed_challenge = \"shadow\""),
+            ["room[0].min_bot_score: missing: bot_score_header needs the score below which a visitor is a bot"]
+        );
+        assert_eq!(
+            room("min_bot_score = 30\nfailed_challenge = \"shadow\""),
+            ["room[0].bot_score_header: missing: min_bot_score needs the header a trusted proxy puts the score in"]
+        );
+        assert_eq!(
+            room("bot_score_header = \"bot score\"\nmin_bot_score = 100"),
+            [
+                r#"room[0].bot_score_header: "bot score" is not a valid HTTP header name"#,
+                "room[0].min_bot_score: 100 is out of range: 1 to 99 (scores below it are bots)",
+                "room[0].failed_challenge: bot_score_header sends the visitors it names to the shadow queue: set failed_challenge = \"shadow\" (or \"log\" to count them first)",
+            ]
+        );
+        let valid = "bot_score_header = \"cf-bot-score\"\nmin_bot_score = 30";
+        assert!(room(&format!("{valid}\nfailed_challenge = \"log\"")).is_empty());
+    }
+}

@@ -65,3 +65,63 @@ impl Checker<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, refusals_with, with, KEY};
+
+    const SHORT: &str = "the key must be 32 bytes in base64 (43 or 44 characters), got 5 characters; generate one with `waitroom keygen`";
+
+    #[test]
+    fn every_key_in_the_variable_is_a_key() {
+        let keys = format!("{KEY}, short");
+        assert_eq!(
+            refusals_with(&with("room", ""), &[("WAITROOM_COOKIE_KEYS", &keys)]),
+            [format!(
+                "cookie.keys_env: key 2 in environment variable WAITROOM_COOKIE_KEYS: {SHORT}"
+            )]
+        );
+    }
+
+    #[test]
+    fn every_inline_key_is_a_key_unless_the_variable_is_set() {
+        let src = with("cookie", &format!("keys = [{KEY:?}, \"short\"]"));
+        assert_eq!(
+            refusals_with(&src, &[("WAITROOM_COOKIE_KEYS", "")]),
+            [format!("cookie.keys[1]: {SHORT}")]
+        );
+        // The variable wins, and the inline keys are not read.
+        assert!(refusals(&src).is_empty());
+    }
+
+    #[test]
+    fn there_is_at_least_one_key() {
+        let none = |var: &str| {
+            format!("cookie.keys_env: no cookie keys configured; set {var} to a comma-separated list of keys (make one with `waitroom keygen`), or list them in cookie.keys")
+        };
+        let no_env = [("WAITROOM_COOKIE_KEYS", " ")];
+        assert_eq!(
+            refusals_with(&with("room", ""), &no_env),
+            [none("WAITROOM_COOKIE_KEYS")]
+        );
+        assert_eq!(
+            refusals_with(&with("cookie", "keys_env = \"KEYS\""), &no_env),
+            [none("KEYS")]
+        );
+        // A variable that cannot be named is the one problem reported.
+        assert_eq!(
+            refusals(&with("cookie", "keys_env = \"1KEYS\"")),
+            [
+                r#"cookie.keys_env: "1KEYS" is not an environment variable name (letters, digits and _, not starting with a digit)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn networks_per_session_are_at_most_1000() {
+        assert_eq!(
+            refusals(&with("cookie", "max_networks_per_session = 1001")),
+            ["cookie.max_networks_per_session: 1001 is over 1000 (0 turns the limit off)"]
+        );
+    }
+}

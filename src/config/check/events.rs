@@ -114,3 +114,90 @@ impl Checker<'_, '_> {
         events
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{overlay, refusals, with};
+
+    /// An event from 10:00 to 12:00 on 1 January 2030 (UTC), with `keys`
+    /// besides (a key given replaces the one here).
+    fn event(keys: &str) -> String {
+        let launch =
+            "name = \"launch\"\nstart = \"2030-01-01T10:00:00Z\"\nend = \"2030-01-01T12:00:00Z\"";
+        format!("[[room.event]]\n{}\n", overlay(launch, keys))
+    }
+
+    /// The minimal room with `events`.
+    fn room_with(events: &str) -> Vec<String> {
+        refusals(&format!("{}{events}", with("room", "")))
+    }
+
+    #[test]
+    fn an_event_is_named_once_per_room() {
+        assert!(room_with(&event("")).is_empty());
+        assert_eq!(
+            room_with(&event("name = \"Launch\"")),
+            [r#"room[0].event[0].name: "Launch" must be 1 to 64 characters of a-z, 0-9, _ and -"#]
+        );
+        let later = event("start = \"2030-02-01T10:00:00Z\"\nend = \"2030-02-01T12:00:00Z\"");
+        assert_eq!(
+            room_with(&format!("{}{later}", event(""))),
+            [
+                r#"room[0].event[1].name: duplicate event name "launch"; event[0] of this room has it too"#
+            ]
+        );
+    }
+
+    #[test]
+    fn an_event_ends_after_it_starts_and_queues_before() {
+        assert_eq!(
+            room_with(&event("end = \"2030-01-01T10:00:00Z\"")),
+            ["room[0].event[0].end: 2030-01-01T10:00:00Z must be after start 2030-01-01T10:00:00Z"]
+        );
+        assert_eq!(
+            room_with(&event("prequeue_start = \"2030-01-01T10:00:01Z\"")),
+            ["room[0].event[0].prequeue_start: 2030-01-01T10:00:01Z must not be after start 2030-01-01T10:00:00Z"]
+        );
+    }
+
+    #[test]
+    fn an_events_limits_are_left_out_rather_than_0() {
+        for key in ["total_active_users", "new_users_per_minute"] {
+            assert_eq!(
+                room_with(&event(&format!("{key} = 0"))),
+                [format!("room[0].event[0].{key}: must be at least 1, got 0 (leave it out to keep the room's limit)")]
+            );
+            assert_eq!(
+                room_with(&event(&format!("{key} = 1000000001"))),
+                [format!(
+                    "room[0].event[0].{key}: must be at most 1000000000, got 1000000001"
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn an_events_session_and_template_are_checked() {
+        assert_eq!(
+            room_with(&event("session_duration = \"0s\"")),
+            [r#"room[0].event[0].session_duration: must be at least 1s, got "0s""#]
+        );
+        assert_eq!(
+            room_with(&event("template = \"\"")),
+            ["room[0].event[0].template: must be a file path; leave it out for the room's page"]
+        );
+    }
+
+    #[test]
+    fn events_in_a_room_do_not_overlap() {
+        let overlap = r#"room[0].event[1].start: event "sale" overlaps event[0] "launch" (prequeue included); events in a room must not overlap"#;
+        let sale = |keys: &str| event(&format!("name = \"sale\"\n{keys}"));
+        let during = sale("start = \"2030-01-01T11:00:00Z\"\nend = \"2030-01-01T13:00:00Z\"");
+        assert_eq!(room_with(&format!("{}{during}", event(""))), [overlap]);
+        // The prequeue counts: it begins while the first event runs.
+        let queued = sale(
+            "prequeue_start = \"2030-01-01T11:30:00Z\"\nstart = \"2030-01-01T13:00:00Z\"\nend = \"2030-01-01T14:00:00Z\"",
+        );
+        assert_eq!(room_with(&format!("{}{queued}", event(""))), [overlap]);
+    }
+}

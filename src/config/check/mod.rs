@@ -217,3 +217,201 @@ impl Checker<'_, '_> {
         (self.env)(name).filter(|v| !v.trim().is_empty())
     }
 }
+
+/// What every section's tests share: the smallest configuration the
+/// checker accepts, a way to set keys in one of its sections, and the
+/// problems a configuration is refused for. The tests of the value
+/// helpers above are here too.
+#[cfg(test)]
+pub(super) mod tests {
+    use crate::config::{from_toml_str_with, LoadOptions};
+
+    /// A cookie key (32 bytes 0..=31 in base64), in the environment of
+    /// every check as `WAITROOM_COOKIE_KEYS` unless a test says otherwise.
+    pub(super) const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    /// The smallest configuration the checker accepts, section by section
+    /// in the order `with` writes them; the ones left empty are left out.
+    const MINIMAL: [(&str, &str); 5] = [
+        ("server", ""),
+        ("store", ""),
+        ("cookie", ""),
+        ("origin", r#"url = "http://127.0.0.1:3000""#),
+        (
+            "room",
+            "id = \"shop\"\npath = \"/\"\ntotal_active_users = 10\nnew_users_per_minute = 60",
+        ),
+    ];
+
+    /// The lines of `keys` (`key = value`, one a line) with those of
+    /// `over` in place of theirs: of two lines for one key, the last wins.
+    pub(super) fn overlay(keys: &str, over: &str) -> String {
+        let key_of = |line: &str| line.split('=').next().unwrap_or("").trim().to_owned();
+        let all: Vec<&str> = keys
+            .lines()
+            .chain(over.lines())
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        let last: Vec<&str> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| !all[i + 1..].iter().any(|m| key_of(m) == key_of(l)))
+            .map(|(_, l)| *l)
+            .collect();
+        last.join("\n")
+    }
+
+    /// The minimal configuration with `keys` set in `section`: "server",
+    /// "store", "cookie", "origin" or "room" (the one room), as
+    /// [`overlay`] sets them. The room is written last, so a test appends
+    /// its sub-tables (`[[room.lane]]`) and the other tables (`[tls]`,
+    /// `[region]`) to the result.
+    pub(super) fn with(section: &str, keys: &str) -> String {
+        assert!(
+            MINIMAL.iter().any(|(name, _)| *name == section),
+            "no section {section:?}"
+        );
+        let mut toml = String::new();
+        for (name, minimal) in MINIMAL {
+            let lines = if name == section {
+                overlay(minimal, keys)
+            } else {
+                minimal.to_owned()
+            };
+            if lines.is_empty() {
+                continue;
+            }
+            let header = if name == "room" {
+                "[[room]]".to_owned()
+            } else {
+                format!("[{name}]")
+            };
+            toml.push_str(&format!("{header}\n{lines}\n\n"));
+        }
+        toml
+    }
+
+    /// The problems `src` is refused for, each as `key: message` in the
+    /// order they were found, with `vars` in the environment besides the
+    /// cookie key (a `WAITROOM_COOKIE_KEYS` in `vars` replaces it); empty
+    /// when `src` is accepted.
+    pub(super) fn refusals_with(src: &str, vars: &[(&str, &str)]) -> Vec<String> {
+        let env = |name: &str| {
+            let given = vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v);
+            match (given, name) {
+                (Some(v), _) => Some(v.to_string()),
+                (None, "WAITROOM_COOKIE_KEYS") => Some(KEY.to_owned()),
+                (None, _) => None,
+            }
+        };
+        match from_toml_str_with(src, LoadOptions::default(), &env) {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                assert!(!e.problems().is_empty(), "not a checker's refusal: {e}");
+                e.problems()
+                    .iter()
+                    .map(|p| format!("{}: {}", p.key, p.message))
+                    .collect()
+            }
+        }
+    }
+
+    /// As [`refusals_with`], with only the cookie key in the environment.
+    pub(super) fn refusals(src: &str) -> Vec<String> {
+        refusals_with(src, &[])
+    }
+
+    /// A file in a fresh directory holding `text`, and the directory
+    /// (the file lives as long as it does).
+    pub(super) fn file(text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        std::fs::write(&path, text).unwrap();
+        (dir, path.display().to_string())
+    }
+
+    #[test]
+    fn the_minimal_configuration_is_accepted() {
+        assert_eq!(refusals(&with("room", "")), Vec::<String>::new());
+        // A key given replaces the minimal one rather than repeating it.
+        assert!(with("room", "path = \"/shop\"").contains("path = \"/shop\""));
+        assert!(!with("room", "path = \"/shop\"").contains("path = \"/\""));
+    }
+
+    #[test]
+    fn lanes_are_refused_in_region_mode() {
+        let src = format!(
+            "{}[[room.lane]]\nname = \"vip\"\nshare = 0.5\ncodes_env = \"VIP\"\n\n\
+             [region]\nname = \"eu\"\nglobal_url = \"redis://10.0.0.2:6379\"\n",
+            with(
+                "store",
+                "backend = \"redis\"\nurl = \"redis://10.0.0.1:6379\""
+            ),
+        );
+        assert_eq!(
+            refusals_with(&src, &[("VIP", "code-one-x")]),
+            ["room[0].lane: priority lanes are not available in region mode (a region's grant has no lanes)"]
+        );
+    }
+
+    #[test]
+    fn a_duration_is_longer_than_0_and_its_minimum_and_at_most_365_days() {
+        for (section, keys, refusal) in [
+            (
+                "server",
+                "drain_timeout = \"0s\"",
+                "server.drain_timeout: must be longer than 0, got \"0s\"",
+            ),
+            (
+                "room",
+                "session_duration = \"500ms\"",
+                "room[0].session_duration: must be at least 1s, got \"500ms\"",
+            ),
+            (
+                "room",
+                "session_duration = \"0s\"",
+                "room[0].session_duration: must be at least 1s, got \"0s\"",
+            ),
+            (
+                "server",
+                "drain_timeout = \"366d\"",
+                "server.drain_timeout: must be at most 365d, got \"366d\"",
+            ),
+        ] {
+            assert_eq!(refusals(&with(section, keys)), [refusal], "{keys}");
+        }
+    }
+
+    #[test]
+    fn a_listen_address_is_an_ip_address_and_port() {
+        assert_eq!(
+            refusals(&with("server", "listen = \"localhost:8080\"")),
+            [
+                r#"server.listen: "localhost:8080" is not an IP address and port such as "127.0.0.1:8080" (host names are not accepted)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_network_is_an_address_or_a_cidr_block() {
+        assert_eq!(
+            refusals(&with(
+                "server",
+                r#"trusted_proxies = ["10.0.0.1", "10.0.0.0/33"]"#
+            )),
+            [
+                r#"server.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or CIDR block such as "10.0.0.0/8""#
+            ]
+        );
+    }
+
+    #[test]
+    fn an_environment_variable_name_is_letters_digits_and_underscores() {
+        for name in ["1TOKEN", "ADMIN-TOKEN", ""] {
+            assert_eq!(
+                refusals(&with("server", &format!("admin_token_env = {name:?}"))),
+                [format!("server.admin_token_env: {name:?} is not an environment variable name (letters, digits and _, not starting with a digit)")]
+            );
+        }
+    }
+}

@@ -102,3 +102,68 @@ fn check_origin_url(text: &str) -> Result<http::Uri, &'static str> {
     }
     Ok(uri)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, refusals_with, with};
+
+    fn origin(keys: &str) -> Vec<String> {
+        refusals(&with("origin", keys))
+    }
+
+    #[test]
+    fn the_url_is_plain_http_to_a_host() {
+        let http = r#"must start with http://, such as "http://127.0.0.1:3000""#;
+        for (url, why) in [
+            ("not a url", r#"is not a URL such as "http://127.0.0.1:3000""#),
+            ("https://127.0.0.1:3000", "uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)"),
+            ("ftp://127.0.0.1", http),
+            ("127.0.0.1:3000", http),
+            ("/shop", http),
+            ("http://:80/", "must name a host"),
+            ("http://user:pw@127.0.0.1:3000", "must not contain a user name or password"),
+            ("http://127.0.0.1:3000/?a=1", "must not have a query string"),
+        ] {
+            assert_eq!(
+                origin(&format!("url = {url:?}")),
+                [format!("origin.url: {url:?} {why}")]
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_are_longer_than_0() {
+        for key in ["timeout", "connect_timeout"] {
+            assert_eq!(
+                origin(&format!("{key} = \"0s\"")),
+                [format!("origin.{key}: must be longer than 0, got \"0s\"")]
+            );
+        }
+    }
+
+    #[test]
+    fn the_signing_key_is_set_and_long() {
+        let src = with("origin", "sign_key_env = \"SIGN_KEY\"");
+        assert_eq!(
+            refusals(&src),
+            ["origin.sign_key_env: environment variable SIGN_KEY is not set (it must hold the signing key)"]
+        );
+        assert_eq!(
+            refusals_with(&src, &[("SIGN_KEY", &"k".repeat(31))]),
+            ["origin.sign_key_env: the key in SIGN_KEY is shorter than 32 characters (make one with `waitroom keygen`)"]
+        );
+        assert!(refusals_with(&src, &[("SIGN_KEY", &"k".repeat(32))]).is_empty());
+    }
+
+    #[test]
+    fn connections_are_between_1_and_a_million() {
+        for value in [0, 1_000_001] {
+            assert_eq!(
+                origin(&format!("max_connections = {value}")),
+                [format!(
+                    "origin.max_connections: must be between 1 and 1000000, got {value}"
+                )]
+            );
+        }
+    }
+}

@@ -63,3 +63,64 @@ impl Checker<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, with};
+
+    /// A region (`keys` in `[region]`) on a Redis store at 10.0.0.1.
+    fn region(keys: &str) -> Vec<String> {
+        let store = with(
+            "store",
+            "backend = \"redis\"\nurl = \"redis://10.0.0.1:6379\"",
+        );
+        refusals(&format!("{store}[region]\n{keys}\n"))
+    }
+
+    const GLOBAL: &str = "global_url = \"redis://10.0.0.2:6379\"";
+
+    #[test]
+    fn a_region_is_named_like_a_room() {
+        assert_eq!(
+            region(&format!("name = \"EU west\"\n{GLOBAL}")),
+            [r#"region.name: "EU west" must be 1 to 64 characters of a-z, 0-9, _ and -"#]
+        );
+    }
+
+    #[test]
+    fn the_global_store_is_a_redis_of_its_own() {
+        assert_eq!(
+            region("name = \"eu\"\nglobal_url = \"http://10.0.0.2:6379\""),
+            [r#"region.global_url: "http://10.0.0.2:6379" must start with redis:// or rediss://"#]
+        );
+        assert_eq!(
+            region("name = \"eu\"\nglobal_url = \"redis://10.0.0.1:6379\""),
+            ["region.global_url: is the same Redis as store.url; the global store must be a Redis of its own, shared by every region"]
+        );
+    }
+
+    #[test]
+    fn region_mode_needs_redis() {
+        let src = format!("{}[region]\nname = \"eu\"\n{GLOBAL}\n", with("room", ""));
+        assert_eq!(
+            refusals(&src),
+            [
+                r#"region.name: region mode needs store.backend = "redis": the instances of a region share store.url as their regional counter"#
+            ]
+        );
+    }
+
+    #[test]
+    fn the_sync_interval_is_between_100ms_and_a_minute() {
+        assert_eq!(
+            region(&format!("name = \"eu\"\n{GLOBAL}\nsync_interval = \"61s\"")),
+            [r#"region.sync_interval: must be at most 1m, got "61s""#]
+        );
+        assert_eq!(
+            region(&format!(
+                "name = \"eu\"\n{GLOBAL}\nsync_interval = \"50ms\""
+            )),
+            [r#"region.sync_interval: must be at least 100ms, got "50ms""#]
+        );
+    }
+}

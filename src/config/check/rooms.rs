@@ -276,3 +276,167 @@ impl Checker<'_, '_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, with};
+    use crate::i18n::Lang;
+
+    fn room(keys: &str) -> Vec<String> {
+        refusals(&with("room", keys))
+    }
+
+    /// A second room after the minimal one, with `keys`.
+    fn two_rooms(keys: &str) -> Vec<String> {
+        let limits = "total_active_users = 10\nnew_users_per_minute = 60";
+        refusals(&format!("{}[[room]]\n{limits}\n{keys}\n", with("room", "")))
+    }
+
+    #[test]
+    fn there_is_at_least_one_room() {
+        assert_eq!(
+            refusals("[origin]\nurl = \"http://127.0.0.1:3000\"\n"),
+            ["room: at least one [[room]] is required (a daemon without rooms protects nothing)"]
+        );
+    }
+
+    #[test]
+    fn rooms_differ_in_id_and_in_host_and_path() {
+        assert_eq!(
+            two_rooms("id = \"shop\"\npath = \"/other\""),
+            [r#"room[1].id: duplicate room id "shop"; room[0] has it too, ids must be unique"#]
+        );
+        assert_eq!(
+            two_rooms("id = \"other\"\npath = \"/\""),
+            [
+                r#"room[1].path: "/" on any host is also room[0]'s host and path; each room needs its own"#
+            ]
+        );
+        let on_host = format!(
+            "{}[[room]]\nid = \"b\"\nhost = \"Shop.Example\"\npath = \"/\"\ntotal_active_users = 1\nnew_users_per_minute = 1\n",
+            with("room", "host = \"shop.example\"")
+        );
+        assert_eq!(
+            refusals(&on_host),
+            [
+                r#"room[1].path: "/" on shop.example is also room[0]'s host and path; each room needs its own"#
+            ]
+        );
+        // The same path on another host is another room.
+        assert!(two_rooms("id = \"other\"\npath = \"/\"\nhost = \"b.example\"").is_empty());
+    }
+
+    #[test]
+    fn the_id_and_name_are_checked() {
+        assert_eq!(
+            room("id = \"Shop\""),
+            [r#"room[0].id: "Shop" must be 1 to 64 characters of a-z, 0-9, _ and -"#]
+        );
+        let long = "n".repeat(201);
+        // As TOML writes them, and as the message quotes them.
+        for (written, name) in [
+            ("\" \"", " "),
+            ("\"a\\u0007b\"", "a\u{7}b"),
+            (&format!("{long:?}"), &long),
+        ] {
+            assert_eq!(
+                room(&format!("name = {written}")),
+                [format!(
+                    "room[0].name: {name:?} must be 1 to 200 characters without control characters"
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn proof_of_work_is_at_most_32_bits() {
+        assert_eq!(
+            room("proof_of_work = 33"),
+            ["room[0].proof_of_work: 33 is out of range: 0 (off) to 32 bits; 16 to 20 takes a browser a few hundred milliseconds"]
+        );
+    }
+
+    #[test]
+    fn host_and_path_are_matchable_and_outside_the_reserved_prefix() {
+        assert_eq!(
+            room("host = \"shop.example:443\""),
+            [
+                r#"room[0].host: "shop.example:443" must not contain a port; rooms match the Host header without its port"#
+            ]
+        );
+        assert_eq!(
+            room("path = \"shop\""),
+            [r#"room[0].path: "shop" must start with /"#]
+        );
+        assert_eq!(
+            room("path = \"/__waitroom/x\""),
+            [
+                r#"room[0].path: "/__waitroom/x" is under server.reserved_prefix "/__waitroom/", which the daemon answers itself"#
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_are_within_what_the_stores_count() {
+        assert_eq!(
+            room("total_active_users = 0"),
+            [
+                r#"room[0].total_active_users: must be at least 1, got 0 (to stop admissions, set state = "paused")"#
+            ]
+        );
+        assert_eq!(
+            room("new_users_per_minute = 1000000001"),
+            ["room[0].new_users_per_minute: must be at most 1000000000, got 1000000001"]
+        );
+    }
+
+    #[test]
+    fn sessions_and_polls_are_at_least_a_second() {
+        for key in ["session_duration", "refresh_interval"] {
+            assert_eq!(
+                room(&format!("{key} = \"999ms\"")),
+                [format!("room[0].{key}: must be at least 1s, got \"999ms\"")]
+            );
+        }
+    }
+
+    #[test]
+    fn abandon_after_outlasts_a_poll() {
+        let why = |refresh: &str, got: &str| {
+            format!("room[0].abandon_after: must be longer than refresh_interval ({refresh}), or queued visitors are dropped between two polls; got {got} (a few times refresh_interval is safer)")
+        };
+        assert_eq!(room("abandon_after = \"20s\""), [why("20s", "\"20s\"")]);
+        assert_eq!(
+            room("refresh_interval = \"2m\""),
+            [why("2m", "the default 2m")]
+        );
+    }
+
+    #[test]
+    fn the_queue_page_has_a_status_and_a_template() {
+        for code in [199, 600] {
+            assert_eq!(
+                room(&format!("queue_status_code = {code}")),
+                [format!(
+                    "room[0].queue_status_code: must be an HTTP status from 200 to 599, got {code}"
+                )]
+            );
+        }
+        assert_eq!(
+            room("template = \" \""),
+            ["room[0].template: must be a file path; leave it out for the built-in page"]
+        );
+    }
+
+    #[test]
+    fn the_language_is_auto_or_shipped() {
+        let shipped: Vec<&str> = Lang::ALL.iter().map(|l| l.code()).collect();
+        assert_eq!(
+            room("language = \"xx\""),
+            [format!(
+                "room[0].language: \"xx\" is not \"auto\" or one of the languages shipped: {}",
+                shipped.join(", ")
+            )]
+        );
+    }
+}

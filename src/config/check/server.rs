@@ -210,3 +210,131 @@ fn check_reserved_prefix(prefix: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, with};
+
+    fn server(keys: &str) -> Vec<String> {
+        refusals(&with("server", keys))
+    }
+
+    #[test]
+    fn the_admin_listener_has_its_own_address() {
+        assert_eq!(
+            server("listen = \"127.0.0.1:9090\""),
+            ["server.admin_listen: 127.0.0.1:9090 is also server.listen; the admin listener needs its own address"]
+        );
+        // Port 0 asks the system for a free port: two of them never clash.
+        assert!(server("listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"").is_empty());
+    }
+
+    #[test]
+    fn the_reserved_prefix_is_a_canonical_directory() {
+        let directory = r#"must start and end with / and name a directory, such as "/__waitroom/""#;
+        for (prefix, why) in [
+            ("__waitroom/", "must start with /"),
+            (
+                "/wait room/",
+                "must be a plain path prefix without spaces, ? or #",
+            ),
+            ("/w?/", "must be a plain path prefix without spaces, ? or #"),
+            ("/../", "cannot be matched: the path climbs above the root"),
+            ("/a//b/", r#"is not in canonical form; write "/a/b/""#),
+            ("/__waitroom", directory),
+            ("/a", directory),
+        ] {
+            assert_eq!(
+                server(&format!("reserved_prefix = {prefix:?}")),
+                [format!("server.reserved_prefix: {prefix:?} {why}")]
+            );
+        }
+    }
+
+    #[test]
+    fn connection_and_header_limits_are_in_range() {
+        for (keys, refusal) in [
+            (
+                "max_connections = 0",
+                "server.max_connections: must be at least 1, got 0",
+            ),
+            (
+                "max_connections_per_ip = 0",
+                "server.max_connections_per_ip: must be at least 1, got 0",
+            ),
+            (
+                "max_header_bytes = 8191",
+                "server.max_header_bytes: must be between 8192 and 1048576, got 8191",
+            ),
+            (
+                "max_header_bytes = 1048577",
+                "server.max_header_bytes: must be between 8192 and 1048576, got 1048577",
+            ),
+            (
+                "workers = 257",
+                "server.workers: must be between 0 (one per core) and 256, got 257",
+            ),
+        ] {
+            assert_eq!(server(keys), [refusal], "{keys}");
+        }
+    }
+
+    #[test]
+    fn per_address_rates_are_between_1_and_a_million() {
+        for key in [
+            "ip_polls_per_second",
+            "ip_poll_burst",
+            "ip_arrivals_per_second",
+            "ip_arrival_burst",
+        ] {
+            for value in [0, 1_000_001] {
+                assert_eq!(
+                    server(&format!("{key} = {value}")),
+                    [format!(
+                        "server.{key}: must be between 1 and 1000000, got {value}"
+                    )]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stream_counts_and_the_body_rate_are_in_range() {
+        for (keys, refusal) in [
+            (
+                "max_streams_per_connection = 1001",
+                "server.max_streams_per_connection: must be between 1 and 1000, got 1001",
+            ),
+            (
+                "max_streams_per_connection = 0",
+                "server.max_streams_per_connection: must be between 1 and 1000, got 0",
+            ),
+            (
+                "max_streams_per_ip = 1000001",
+                "server.max_streams_per_ip: must be between 1 and 1000000, got 1000001",
+            ),
+            (
+                "request_body_min_rate = 0",
+                "server.request_body_min_rate: must be between 1 and 1099511627776, got 0",
+            ),
+        ] {
+            assert_eq!(server(keys), [refusal], "{keys}");
+        }
+    }
+
+    #[test]
+    fn every_timeout_is_longer_than_0() {
+        for key in [
+            "header_read_timeout",
+            "drain_timeout",
+            "send_timeout",
+            "request_body_timeout",
+            "tunnel_idle_timeout",
+        ] {
+            assert_eq!(
+                server(&format!("{key} = \"0s\"")),
+                [format!("server.{key}: must be longer than 0, got \"0s\"")]
+            );
+        }
+    }
+}

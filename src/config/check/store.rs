@@ -154,3 +154,89 @@ impl Checker<'_, '_> {
         value
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, with};
+
+    /// A Redis store at one URL, and `keys` besides.
+    fn redis(keys: &str) -> String {
+        with(
+            "store",
+            &format!("backend = \"redis\"\nurl = \"redis://10.0.0.1:6379\"\n{keys}"),
+        )
+    }
+
+    #[test]
+    fn redis_keys_need_the_redis_backend() {
+        for keys in [
+            "url = \"redis://10.0.0.1:6379\"",
+            "sentinels = [\"10.0.0.1:26379\"]",
+            "sentinel_master = \"mymaster\"",
+            "sentinel_password_env = \"SENTINEL_PASSWORD\"",
+            "password_env = \"REDIS_PASSWORD\"",
+            "replica_acks = 1",
+            "replica_ack_timeout = \"10ms\"",
+        ] {
+            let key = keys.split(' ').next().unwrap();
+            assert_eq!(
+                refusals(&with("store", keys)),
+                [format!("store.{key}: is only used with backend = \"redis\"; set store.backend = \"redis\" or remove it")]
+            );
+        }
+    }
+
+    #[test]
+    fn url_and_sentinels_are_two_ways_to_find_redis() {
+        assert_eq!(
+            refusals(&redis("sentinels = [\"10.0.0.1:26379\"]")),
+            ["store.sentinels: and store.url are two ways to find Redis; give one"]
+        );
+        for key in [
+            "sentinel_master = \"mymaster\"",
+            "sentinel_password_env = \"SP\"",
+        ] {
+            let name = key.split(' ').next().unwrap();
+            assert_eq!(
+                refusals(&redis(key)),
+                [format!("store.{name}: is only used with store.sentinels")]
+            );
+        }
+    }
+
+    #[test]
+    fn unreachable_after_outlasts_the_timeout() {
+        assert_eq!(
+            refusals(&with("store", "unreachable_after = \"10ms\"")),
+            ["store.unreachable_after: must be at least store.timeout (50 ms): one call that takes the whole timeout is a busy store, not an unreachable one"]
+        );
+    }
+
+    #[test]
+    fn instances_are_at_least_one() {
+        assert_eq!(
+            refusals(&with("store", "instances = 0")),
+            ["store.instances: must be at least 1, got 0"]
+        );
+    }
+
+    #[test]
+    fn replica_acknowledgements_are_bounded() {
+        assert_eq!(
+            refusals(&redis("replica_acks = 17")),
+            ["store.replica_acks: is the number of replicas that must acknowledge a decision: at most 16, got 17"]
+        );
+        assert_eq!(
+            refusals(&redis("replica_ack_timeout = \"50ms\"")),
+            ["store.replica_ack_timeout: must be shorter than store.timeout (50 ms), which bounds the decision and its acknowledgements together"]
+        );
+    }
+
+    #[test]
+    fn a_password_variable_is_set() {
+        assert_eq!(
+            refusals(&redis("password_env = \"REDIS_PASSWORD\"")),
+            ["store.password_env: environment variable REDIS_PASSWORD is not set"]
+        );
+    }
+}

@@ -193,3 +193,169 @@ pub(super) fn redact_url(text: &str) -> String {
         None => format!("{text:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, refusals_with, with};
+
+    /// A Sentinel store with `sentinels` and `keys` besides.
+    fn sentinels(list: &str, keys: &str) -> String {
+        with(
+            "store",
+            &format!("backend = \"redis\"\nsentinels = {list}\n{keys}"),
+        )
+    }
+
+    #[test]
+    fn sentinels_are_listed_with_ports_and_one_scheme() {
+        let master = "sentinel_master = \"mymaster\"";
+        for (list, refusal) in [
+            (
+                "[]",
+                r#"store.sentinels: must list at least one Sentinel ("host:port")"#,
+            ),
+            (
+                "[\"10.0.0.1\"]",
+                r#"store.sentinels[0]: "10.0.0.1" needs a port (Sentinels listen on 26379 by default)"#,
+            ),
+            (
+                "[\"http://10.0.0.1:26379\"]",
+                r#"store.sentinels[0]: "http://10.0.0.1:26379" must start with redis:// or rediss://"#,
+            ),
+            (
+                "[\"redis://10.0.0.1:26379\", \"rediss://10.0.0.2:26379\"]",
+                "store.sentinels: mixes redis:// and rediss:// Sentinels; use TLS with all or none",
+            ),
+        ] {
+            assert_eq!(refusals(&sentinels(list, master)), [refusal], "{list}");
+        }
+    }
+
+    #[test]
+    fn sentinels_need_the_master_name() {
+        let list = "[\"10.0.0.1:26379\"]";
+        assert_eq!(
+            refusals(&sentinels(list, "")),
+            ["store.sentinel_master: is required with store.sentinels: the name the Sentinels monitor the primary by"]
+        );
+        assert_eq!(
+            refusals(&sentinels(list, "sentinel_master = \"my master\"")),
+            ["store.sentinel_master: \"my master\" is not a master name (one word, as in the Sentinels' `sentinel monitor`)"]
+        );
+    }
+
+    #[test]
+    fn the_sentinel_password_variable_is_set() {
+        let master = "sentinel_master = \"mymaster\"\nsentinel_password_env = \"SP\"";
+        assert_eq!(
+            refusals(&sentinels("[\"10.0.0.1:26379\"]", master)),
+            ["store.sentinel_password_env: environment variable SP is not set"]
+        );
+    }
+
+    #[test]
+    fn a_sentinel_with_a_password_takes_none_from_the_environment() {
+        // The message names store.password_env, though the password here
+        // comes from store.sentinel_password_env.
+        let src = sentinels(
+            "[\"redis://:pw@10.0.0.1:26379\"]",
+            "sentinel_master = \"mymaster\"\nsentinel_password_env = \"SP\"",
+        );
+        assert_eq!(
+            refusals_with(&src, &[("SP", "secret")]),
+            [
+                r#"store.sentinels[0]: "redis://:REDACTED@10.0.0.1:26379" already has a password, and store.password_env is set too; use one"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ca_bundle_is_for_rediss_and_holds_certificates() {
+        let only = "store.tls_ca: is only used with rediss:// URLs (Redis over TLS)";
+        assert_eq!(refusals(&with("store", "tls_ca = \"ca.pem\"")), [only]);
+        let plain = "backend = \"redis\"\nurl = \"redis://10.0.0.1:6379\"\ntls_ca = \"ca.pem\"";
+        assert_eq!(refusals(&with("store", plain)), [only]);
+        let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let src = with(
+            "store",
+            &format!("backend = \"redis\"\nurl = \"rediss://10.0.0.1:6380\"\ntls_ca = {not_pem:?}"),
+        );
+        assert_eq!(
+            refusals(&src),
+            [format!("store.tls_ca: {not_pem} holds no certificate (a PEM block -----BEGIN CERTIFICATE-----)")]
+        );
+    }
+
+    #[test]
+    fn redis_needs_urls_of_one_scheme() {
+        let store = |url: &str| refusals(&with("store", &format!("backend = \"redis\"\n{url}")));
+        assert_eq!(
+            store(""),
+            [r#"store.url: is required when backend = "redis" (e.g. "redis://127.0.0.1:6379/")"#]
+        );
+        assert_eq!(
+            store("url = []"),
+            ["store.url: must list at least one redis:// URL"]
+        );
+        assert_eq!(
+            store("url = \"http://10.0.0.1:6379\""),
+            [r#"store.url: "http://10.0.0.1:6379" must start with redis:// or rediss://"#]
+        );
+        // In a list, the problem is the element's.
+        assert_eq!(
+            store("url = [\"redis://10.0.0.1:6379\", \"http://10.0.0.2:6379\"]"),
+            [r#"store.url[1]: "http://10.0.0.2:6379" must start with redis:// or rediss://"#]
+        );
+        assert_eq!(
+            store("url = [\"redis://10.0.0.1:6379\", \"rediss://10.0.0.2:6380\"]"),
+            ["store.url: mixes redis:// and rediss:// nodes; a Redis Cluster uses TLS on every node or on none"]
+        );
+    }
+
+    #[test]
+    fn a_redis_url_is_usable_and_checks_certificates() {
+        let store = |url: &str| {
+            refusals(&with(
+                "store",
+                &format!("backend = \"redis\"\nurl = {url:?}"),
+            ))
+        };
+        assert_eq!(
+            store("rediss://10.0.0.1:6380/#insecure"),
+            [
+                r#"store.url: "rediss://10.0.0.1:6380/#insecure" turns off certificate checks (#insecure), which waitroom does not allow; trust the server's CA with store.tls_ca instead"#
+            ]
+        );
+        assert_eq!(
+            store("redis://10.0.0.1:6379/db"),
+            [
+                r#"store.url: "redis://10.0.0.1:6379/db" is not a usable Redis URL: Invalid database number"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_url_with_a_password_takes_none_from_the_environment() {
+        let src = with(
+            "store",
+            "backend = \"redis\"\nurl = \"redis://:pw@10.0.0.1:6379\"\npassword_env = \"RP\"",
+        );
+        assert_eq!(
+            refusals_with(&src, &[("RP", "secret")]),
+            [
+                r#"store.url: "redis://:REDACTED@10.0.0.1:6379" already has a password, and store.password_env is set too; use one"#
+            ]
+        );
+    }
+
+    #[test]
+    fn messages_never_show_a_password() {
+        assert_eq!(
+            refusals(&with(
+                "store",
+                "backend = \"redis\"\nurl = \"http://user:secret@10.0.0.1\""
+            )),
+            ["store.url: the URL must start with redis:// or rediss://"]
+        );
+    }
+}

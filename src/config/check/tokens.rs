@@ -93,3 +93,95 @@ impl Checker<'_, '_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{file, refusals_with, with, KEY};
+
+    const NO_KEYS: &str = "room[0].enqueue_token: no keys: give hmac_keys_env, jwks_file or both";
+
+    /// `keys` in `[room.enqueue_token]`, with `vars` in the environment.
+    fn token(keys: &str, vars: &[(&str, &str)]) -> Vec<String> {
+        let src = format!("{}[room.enqueue_token]\n{keys}\n", with("room", ""));
+        refusals_with(&src, vars)
+    }
+
+    #[test]
+    fn the_token_mode_is_off_optional_or_required() {
+        assert_eq!(
+            token("mode = \"sometimes\"", &[]),
+            [r#"room[0].enqueue_token.mode: "sometimes" is not "off", "optional" or "required""#]
+        );
+        // Off, the rest of the table is not read.
+        assert!(token("mode = \"off\"\nmax_lifetime = \"1s\"", &[]).is_empty());
+        assert_eq!(token("mode = \"required\"", &[]), [NO_KEYS]);
+    }
+
+    #[test]
+    fn hmac_keys_are_set_and_long() {
+        let keys = "hmac_keys_env = \"HK\"";
+        assert_eq!(
+            token(keys, &[]),
+            [
+                "room[0].enqueue_token.hmac_keys_env: environment variable HK is not set; it holds the HS256 secrets",
+                NO_KEYS,
+            ]
+        );
+        assert_eq!(
+            token(keys, &[("HK", &format!("{KEY},c2hvcnQ="))]),
+            ["room[0].enqueue_token.hmac_keys_env: key 1 in HK is not base64 of at least 32 bytes"]
+        );
+        assert_eq!(
+            token("hmac_keys_env = \"1HK\"", &[]),
+            [
+                r#"room[0].enqueue_token.hmac_keys_env: "1HK" is not an environment variable name (letters, digits and _, not starting with a digit)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn the_jwks_file_is_readable_and_a_jwks() {
+        let key = "room[0].enqueue_token.jwks_file";
+        let (_dir, ec) = file(r#"{"keys": [{"kty": "EC"}]}"#);
+        assert_eq!(
+            token(&format!("jwks_file = {ec:?}"), &[]),
+            [
+                format!(r#"{key}: {ec}: key 0: kty Some("EC") is not OKP (Ed25519) or RSA"#),
+                NO_KEYS.to_owned()
+            ]
+        );
+        let missing = format!("{ec}.missing");
+        assert_eq!(
+            token(&format!("jwks_file = {missing:?}"), &[]),
+            [
+                format!("{key}: cannot read {missing}: No such file or directory (os error 2)"),
+                NO_KEYS.to_owned()
+            ]
+        );
+    }
+
+    #[test]
+    fn audiences_issuers_and_the_lifetime_are_checked() {
+        let vars = [("HK", KEY)];
+        for (keys, refusal) in [
+            (
+                "audience = [\"shop\", \"\"]",
+                r#"room[0].enqueue_token.audience: "" is not a valid audience: 1 to 256 characters, no control characters"#,
+            ),
+            (
+                "issuer = [\"a\\u0001\"]",
+                r#"room[0].enqueue_token.issuer: "a\u{1}" is not a valid issuer: 1 to 256 characters, no control characters"#,
+            ),
+            (
+                "max_lifetime = \"59s\"",
+                r#"room[0].enqueue_token.max_lifetime: must be at least 1m, got "59s""#,
+            ),
+        ] {
+            assert_eq!(
+                token(&format!("hmac_keys_env = \"HK\"\n{keys}"), &vars),
+                [refusal],
+                "{keys}"
+            );
+        }
+    }
+}
