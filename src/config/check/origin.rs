@@ -1,0 +1,169 @@
+//! `[origin]`: where admitted requests are forwarded, and how.
+
+use std::time::Duration;
+
+use super::{defaults, root, Checker};
+use crate::config::raw::RawOrigin;
+use crate::config::{OriginConfig, Secret};
+
+/// Shortest `origin.sign_key_env` value: an HMAC key this short is guessable.
+const MIN_SIGN_KEY_LEN: usize = 32;
+
+impl Checker<'_, '_> {
+    pub(super) fn origin(&mut self, raw: RawOrigin) -> OriginConfig {
+        let p = root().key("origin");
+        let url = match check_origin_url(&raw.url) {
+            Ok(uri) => uri,
+            Err(why) => {
+                self.fail(&p.key("url"), format!("{:?} {why}", raw.url));
+                http::Uri::from_static("http://127.0.0.1/")
+            }
+        };
+        let timeout = self.duration(
+            &p.key("timeout"),
+            raw.timeout,
+            defaults::ORIGIN_TIMEOUT,
+            Duration::ZERO,
+        );
+        let connect_timeout = self.duration(
+            &p.key("connect_timeout"),
+            raw.connect_timeout,
+            defaults::ORIGIN_CONNECT_TIMEOUT,
+            Duration::ZERO,
+        );
+        let sign_key = match raw.sign_key_env {
+            None => None,
+            Some(name) => {
+                let path = p.key("sign_key_env");
+                let var = self.env_name(&path, Some(name), "");
+                match var.as_ref().map(|v| (v, self.env_value(v))) {
+                    Some((_, Some(value))) if value.len() >= MIN_SIGN_KEY_LEN => {
+                        Some(Secret(value))
+                    }
+                    Some((var, Some(_))) => {
+                        self.fail(
+                            &path,
+                            format!("the key in {var} is shorter than {MIN_SIGN_KEY_LEN} characters (make one with `waitroom keygen`)"),
+                        );
+                        None
+                    }
+                    Some((var, None)) => {
+                        self.fail(
+                            &path,
+                            format!("environment variable {var} is not set (it must hold the signing key)"),
+                        );
+                        None
+                    }
+                    None => None,
+                }
+            }
+        };
+        let max_connections = raw
+            .max_connections
+            .unwrap_or(defaults::ORIGIN_MAX_CONNECTIONS);
+        if !(1..=1_000_000).contains(&max_connections) {
+            self.fail(
+                &p.key("max_connections"),
+                format!("must be between 1 and 1000000, got {max_connections}"),
+            );
+        }
+        OriginConfig {
+            url,
+            timeout,
+            connect_timeout,
+            sign_key,
+            max_connections: usize::try_from(max_connections.clamp(1, 1_000_000)).unwrap_or(1),
+        }
+    }
+}
+
+fn check_origin_url(text: &str) -> Result<http::Uri, &'static str> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| r#"is not a URL such as "http://127.0.0.1:3000""#)?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)")
+        }
+        _ => return Err(r#"must start with http://, such as "http://127.0.0.1:3000""#),
+    }
+    let Some(authority) = uri.authority() else {
+        return Err("must name a host");
+    };
+    if authority.host().is_empty() {
+        return Err("must name a host");
+    }
+    if authority.as_str().contains('@') {
+        return Err("must not contain a user name or password");
+    }
+    if uri.query().is_some() {
+        return Err("must not have a query string");
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::check::tests::{refusals, refusals_with, with};
+
+    fn origin(keys: &str) -> Vec<String> {
+        refusals(&with("origin", keys))
+    }
+
+    #[test]
+    fn the_url_is_plain_http_to_a_host() {
+        let http = r#"must start with http://, such as "http://127.0.0.1:3000""#;
+        for (url, why) in [
+            ("not a url", r#"is not a URL such as "http://127.0.0.1:3000""#),
+            ("https://127.0.0.1:3000", "uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)"),
+            ("ftp://127.0.0.1", http),
+            ("127.0.0.1:3000", http),
+            ("/shop", http),
+            ("http://:80/", "must name a host"),
+            ("http://user:pw@127.0.0.1:3000", "must not contain a user name or password"),
+            ("http://127.0.0.1:3000/?a=1", "must not have a query string"),
+        ] {
+            assert_eq!(
+                origin(&format!("url = {url:?}")),
+                [format!("origin.url: {url:?} {why}")]
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_are_longer_than_0() {
+        for key in ["timeout", "connect_timeout"] {
+            assert_eq!(
+                origin(&format!("{key} = \"0s\"")),
+                [format!("origin.{key}: must be longer than 0, got \"0s\"")]
+            );
+        }
+    }
+
+    #[test]
+    fn the_signing_key_is_set_and_long() {
+        let src = with("origin", "sign_key_env = \"SIGN_KEY\"");
+        assert_eq!(
+            refusals(&src),
+            ["origin.sign_key_env: environment variable SIGN_KEY is not set (it must hold the signing key)"]
+        );
+        assert_eq!(
+            refusals_with(&src, &[("SIGN_KEY", &"k".repeat(31))]),
+            ["origin.sign_key_env: the key in SIGN_KEY is shorter than 32 characters (make one with `waitroom keygen`)"]
+        );
+        assert!(refusals_with(&src, &[("SIGN_KEY", &"k".repeat(32))]).is_empty());
+    }
+
+    #[test]
+    fn connections_are_between_1_and_a_million() {
+        for value in [0, 1_000_001] {
+            assert_eq!(
+                origin(&format!("max_connections = {value}")),
+                [format!(
+                    "origin.max_connections: must be between 1 and 1000000, got {value}"
+                )]
+            );
+        }
+    }
+}
