@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{admitted_id, from_origin, Harness};
+use support::{admitted_id, from_origin, Harness, Lcg};
 use waitroom::store::{End, VisitorId};
 
 struct Visitor {
@@ -16,19 +16,6 @@ struct Visitor {
     /// `eta_seconds` told on arrival (None: admitted straight away).
     eta: Option<u64>,
     admitted: Option<u64>,
-}
-
-/// A small deterministic generator, so the run is the same every time.
-struct Lcg(u64);
-
-impl Lcg {
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (self.0 >> 33) % (hi - lo + 1)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

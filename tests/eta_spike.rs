@@ -10,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{admitted_id, from_origin, Harness};
+use support::{admitted_id, from_origin, Harness, Lcg};
 use waitroom::store::{End, VisitorId};
 
 struct Visitor {
@@ -19,19 +19,6 @@ struct Visitor {
     /// Every `eta_seconds` the visitor was told while queued, first on arrival.
     etas: Vec<u64>,
     admitted: Option<u64>,
-}
-
-/// A small deterministic generator, so the run is the same every time.
-struct Lcg(u64);
-
-impl Lcg {
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (self.0 >> 33) % (hi - lo + 1)
-    }
 }
 
 /// Quiet arrivals per second before and after the crowd.

@@ -6,28 +6,23 @@
 mod conformance;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/redis_store.rs"]
+mod redis_store;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
+use redis_store::{is_admitted, place, redis_lose, vid, T0, TIMEOUT};
 use waitroom::clock::Millis;
 use waitroom::store::redis::{Options, RedisStore, Target};
 use waitroom::store::{
-    Arrival, End, Maintenance, QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store,
-    StoreError, Verdict, VisitorId,
+    Arrival, End, Maintenance, QueueingMethod, RoomPolicy, RoomState, Store, StoreError, Verdict,
+    VisitorId,
 };
 
-const TIMEOUT: Duration = Duration::from_secs(2);
-const T0: Millis = 1_800_000_000_000;
 const SESSION: Millis = 300_000;
 const ABANDON: Millis = 120_000;
-
-fn vid(n: u64) -> VisitorId {
-    let mut b = [0u8; 16];
-    b[8..].copy_from_slice(&n.to_be_bytes());
-    VisitorId(b)
-}
 
 fn policy(cap: u64, rate: u64) -> RoomPolicy {
     RoomPolicy {
@@ -46,50 +41,12 @@ fn policy(cap: u64, rate: u64) -> RoomPolicy {
     }
 }
 
-#[track_caller]
-fn place(v: &Verdict) -> QueuePlace {
-    match v {
-        Verdict::Queued(p) => *p,
-        other => panic!("expected Queued, got {other:?}"),
-    }
-}
-
-fn is_admitted(v: &Verdict) -> bool {
-    matches!(v, Verdict::Admitted { .. })
-}
-
 async fn start() -> (RedisServer, RedisStore) {
     let server = tokio::task::spawn_blocking(RedisServer::start)
         .await
         .unwrap();
     let store = RedisStore::connect(&[server.url()], TIMEOUT).await.unwrap();
     (server, store)
-}
-
-/// Drops a queue entry with plain commands, as a store that lost it would.
-fn redis_lose(urls: Vec<String>) -> conformance::Lose {
-    Box::new(move |room, visitor| {
-        let hex = visitor.to_hex();
-        let (queue, polls) = (
-            format!("wr:{{{room}}}:queue"),
-            format!("wr:{{{room}}}:polls"),
-        );
-        let lose = |c: &mut dyn redis::ConnectionLike| {
-            let _: i64 = redis::cmd("ZREM").arg(&queue).arg(&hex).query(c).unwrap();
-            let _: i64 = redis::cmd("HDEL").arg(&polls).arg(&hex).query(c).unwrap();
-            for lane in 1..=waitroom::store::MAX_LANES {
-                let key = format!("wr:{{{room}}}:lane:{lane}");
-                let _: i64 = redis::cmd("ZREM").arg(key).arg(&hex).query(c).unwrap();
-            }
-        };
-        if urls.len() == 1 {
-            let client = redis::Client::open(urls[0].as_str()).unwrap();
-            lose(&mut client.get_connection().unwrap());
-        } else {
-            let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
-            lose(&mut client.get_connection().unwrap());
-        }
-    })
 }
 
 conformance::store_conformance!(|| async {
@@ -296,53 +253,10 @@ async fn seq_is_unique_and_increasing_within_one_millisecond() {
 #[tokio::test]
 async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     let (server, store) = start().await;
-    let p = policy(1, 0);
-    assert!(is_admitted(
-        &store
-            .arrive(&p, vid(0), 0, Arrival::Known, T0)
-            .await
-            .unwrap()
-    ));
-    let mut seqs = Vec::new();
-    for i in 1..=5 {
-        seqs.push(
-            place(
-                &store
-                    .arrive(&p, vid(i), 0, Arrival::Known, T0 + i)
-                    .await
-                    .unwrap(),
-            )
-            .seq,
-        );
-    }
-    let _: () = server.cmd(&["FLUSHALL"]);
-    let mut paused = p.clone();
-    paused.state = RoomState::Paused;
-    // Polls arrive in reverse order; the queue still ends up in ticket order.
-    for i in (1..=5u64).rev() {
-        store
-            .poll(&paused, vid(i), 0, seqs[i as usize - 1], T0 + 100)
-            .await
-            .unwrap();
-    }
-    for i in 1..=5u64 {
-        let q = place(
-            &store
-                .poll(&paused, vid(i), 0, seqs[i as usize - 1], T0 + 200)
-                .await
-                .unwrap(),
-        );
-        assert_eq!(
-            (q.position, q.queue_length, q.seq),
-            (i, 5, seqs[i as usize - 1])
-        );
-    }
-    // The session was lost too, so there is room: the head goes in first.
-    let v = store.poll(&p, vid(3), 0, seqs[2], T0 + 300).await.unwrap();
-    assert_eq!(place(&v).position, 2);
-    assert!(is_admitted(
-        &store.poll(&p, vid(1), 0, seqs[0], T0 + 300).await.unwrap()
-    ));
+    redis_store::queue_lost_to_flushall_is_rebuilt_from_tickets(&store, &policy(1, 0), || {
+        let _: () = server.cmd(&["FLUSHALL"]);
+    })
+    .await;
 }
 
 /// One visitor admitted to a room of one, then `n` newcomers queued behind

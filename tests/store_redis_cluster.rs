@@ -5,38 +5,16 @@
 mod conformance;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/redis_store.rs"]
+mod redis_store;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis_server::RedisCluster;
-use waitroom::clock::Millis;
+use redis_store::{is_admitted, place, redis_lose, vid, T0, TIMEOUT};
 use waitroom::store::redis::RedisStore;
-use waitroom::store::{
-    Arrival, QueuePlace, QueueingMethod, RoomPolicy, RoomState, Store, Verdict, VisitorId,
-};
-
-const TIMEOUT: Duration = Duration::from_secs(2);
-const T0: Millis = 1_800_000_000_000;
-
-fn vid(n: u64) -> VisitorId {
-    let mut b = [0u8; 16];
-    b[8..].copy_from_slice(&n.to_be_bytes());
-    VisitorId(b)
-}
-
-#[track_caller]
-fn place(v: &Verdict) -> QueuePlace {
-    match v {
-        Verdict::Queued(p) => *p,
-        other => panic!("expected Queued, got {other:?}"),
-    }
-}
-
-fn is_admitted(v: &Verdict) -> bool {
-    matches!(v, Verdict::Admitted { .. })
-}
+use waitroom::store::{Arrival, QueueingMethod, RoomPolicy, RoomState, Store};
 
 async fn start() -> (RedisCluster, RedisStore) {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
@@ -44,32 +22,6 @@ async fn start() -> (RedisCluster, RedisStore) {
         .unwrap();
     let store = RedisStore::connect(&cluster.urls(), TIMEOUT).await.unwrap();
     (cluster, store)
-}
-
-/// Drops a queue entry with plain commands, as a store that lost it would.
-fn redis_lose(urls: Vec<String>) -> conformance::Lose {
-    Box::new(move |room, visitor| {
-        let hex = visitor.to_hex();
-        let (queue, polls) = (
-            format!("wr:{{{room}}}:queue"),
-            format!("wr:{{{room}}}:polls"),
-        );
-        let lose = |c: &mut dyn redis::ConnectionLike| {
-            let _: i64 = redis::cmd("ZREM").arg(&queue).arg(&hex).query(c).unwrap();
-            let _: i64 = redis::cmd("HDEL").arg(&polls).arg(&hex).query(c).unwrap();
-            for lane in 1..=waitroom::store::MAX_LANES {
-                let key = format!("wr:{{{room}}}:lane:{lane}");
-                let _: i64 = redis::cmd("ZREM").arg(key).arg(&hex).query(c).unwrap();
-            }
-        };
-        if urls.len() == 1 {
-            let client = redis::Client::open(urls[0].as_str()).unwrap();
-            lose(&mut client.get_connection().unwrap());
-        } else {
-            let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
-            lose(&mut client.get_connection().unwrap());
-        }
-    })
 }
 
 conformance::store_conformance!(|| async {
@@ -160,58 +112,10 @@ async fn scripts_are_reloaded_after_script_flush_on_every_node() {
 #[tokio::test]
 async fn queue_lost_to_flushall_is_rebuilt_from_tickets() {
     let (cluster, store) = start().await;
-    let p = room("lost");
-    assert!(is_admitted(
-        &store
-            .arrive(&p, vid(0), 0, Arrival::Known, T0)
-            .await
-            .unwrap()
-    ));
-    let mut seqs = Vec::new();
-    for i in 1..=3 {
-        seqs.push(
-            place(
-                &store
-                    .arrive(&p, vid(i), 0, Arrival::Known, T0 + i)
-                    .await
-                    .unwrap(),
-            )
-            .seq,
-        );
-    }
-    for node in &cluster.nodes {
-        let _: () = node.cmd(&["FLUSHALL"]);
-    }
-    let paused = RoomPolicy {
-        state: RoomState::Paused,
-        ..p.clone()
-    };
-    assert_eq!(
-        place(
-            &store
-                .poll(&paused, vid(3), 0, seqs[2], T0 + 10)
-                .await
-                .unwrap()
-        )
-        .position,
-        1
-    );
-    assert_eq!(
-        place(
-            &store
-                .poll(&paused, vid(2), 0, seqs[1], T0 + 11)
-                .await
-                .unwrap()
-        )
-        .position,
-        1
-    );
-    // The session was lost too: with room again, the ticket order decides.
-    assert!(is_admitted(
-        &store.poll(&p, vid(2), 0, seqs[1], T0 + 12).await.unwrap()
-    ));
-    assert_eq!(
-        place(&store.poll(&p, vid(3), 0, seqs[2], T0 + 12).await.unwrap()).position,
-        1
-    );
+    redis_store::queue_lost_to_flushall_is_rebuilt_from_tickets(&store, &room("lost"), || {
+        for node in &cluster.nodes {
+            let _: () = node.cmd(&["FLUSHALL"]);
+        }
+    })
+    .await;
 }

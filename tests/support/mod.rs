@@ -303,3 +303,17 @@ pub fn assert_queued_json(body: &serde_json::Value) {
 pub fn from_origin(resp: &reqwest::Response) -> bool {
     resp.headers().contains_key("x-origin")
 }
+
+/// A small deterministic generator, so a run is the same every time.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number in `lo..=hi`.
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lo + (self.0 >> 33) % (hi - lo + 1)
+    }
+}
