@@ -43,9 +43,9 @@ use super::{
     RATE_WINDOW_MS,
 };
 use arrivals::{Arrivals, Waiter};
-use frontier::{Description, Frontiers};
+use frontier::Frontiers;
 use library::{Library, RoomFn};
-use wire::{as_u64, decode_verdict, decode_verdicts, ints, protocol};
+use wire::{as_u64, decode_description, decode_verdict, decode_verdicts, ints, protocol};
 
 /// Anywhere calls at most for one held newcomer (see
 /// `Inner::arrive_anywhere`): each further one only after the slots the
@@ -1087,55 +1087,6 @@ fn unix_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// Decodes `lua/frontier.lua`'s answer.
-fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreError> {
-    let bad = || protocol("frontier", v);
-    let Value::Array(items) = v else {
-        return Err(bad());
-    };
-    let int = |i: usize| items.get(i).and_then(as_u64).ok_or_else(bad);
-    let length = int(0)?;
-    let bound = match items.get(1) {
-        Some(Value::Int(b)) => *b,
-        _ => return Err(bad()),
-    };
-    let reset_floor = int(2)?;
-    let stale = int(3)?..int(4)?;
-    let places = usize::try_from(int(5)?).map_err(|_| bad())?;
-    let mut ended = HashSet::with_capacity(places);
-    for item in items.iter().skip(6).take(places) {
-        let hex = match item {
-            Value::BulkString(b) => std::str::from_utf8(b).ok(),
-            Value::SimpleString(s) => Some(s.as_str()),
-            _ => None,
-        };
-        ended.insert(hex.and_then(VisitorId::from_hex).ok_or_else(bad)?);
-    }
-    let rest = &items[(6 + places).min(items.len())..];
-    if rest.len() % 2 != 0 {
-        return Err(bad());
-    }
-    let samples: Vec<(u64, u64)> = rest
-        .chunks(2)
-        .map(|p| Some((as_u64(&p[0])?, as_u64(&p[1])?)))
-        .collect::<Option<_>>()
-        .ok_or_else(bad)?;
-    let frontier = if bound >= 0 {
-        samples.first().map(|&(_, seq)| seq)
-    } else {
-        None
-    };
-    Ok(Description {
-        made_ms,
-        length,
-        frontier,
-        reset_floor,
-        stale,
-        ended,
-        samples,
-    })
-}
-
 /// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
 #[derive(Clone, Copy)]
 struct Flags {
@@ -1544,7 +1495,6 @@ impl Maintenance for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{QueuePlace, RejectReason};
 
     #[test]
     fn room_keys_share_one_hash_tag() {
@@ -1553,32 +1503,6 @@ mod tests {
             assert!(key.starts_with("wr:{shop}:"), "{key}");
         }
         assert_eq!(keys.meta(), "wr:{shop}:meta");
-    }
-
-    #[test]
-    fn verdicts_decode() {
-        let v = |xs: &[i64]| Value::Array(xs.iter().map(|x| Value::Int(*x)).collect());
-        assert_eq!(
-            decode_verdict(&v(&[1, 5])).ok(),
-            Some(Verdict::Admitted {
-                session_expires_ms: 5
-            })
-        );
-        assert_eq!(
-            decode_verdict(&v(&[2, 9, 1, 3])).ok(),
-            Some(Verdict::Queued(QueuePlace {
-                seq: 9,
-                position: 1,
-                queue_length: 3
-            }))
-        );
-        assert_eq!(
-            decode_verdict(&v(&[3, 2])).ok(),
-            Some(Verdict::Rejected(RejectReason::QueueFull))
-        );
-        assert!(decode_verdict(&v(&[3, 9])).is_err());
-        assert!(decode_verdict(&v(&[1, -5])).is_err());
-        assert!(decode_verdict(&Value::Nil).is_err());
     }
 
     #[test]
