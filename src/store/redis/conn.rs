@@ -17,9 +17,8 @@ use redis::{RedisError, ScriptInvocation, Value};
 use super::arrivals::Arrivals;
 use super::frontier::{self, Frontiers};
 use super::library::{self, Library, RoomFn};
-use super::{
-    follow, key_ttl_ms, wire, Inner, Layout, Options, RedisStore, Scripts, Target, OFFSET_UNKNOWN,
-};
+use super::server::OFFSET_UNKNOWN;
+use super::{follow, key_ttl_ms, wire, Inner, Layout, Options, RedisStore, Scripts, Target};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError};
 
