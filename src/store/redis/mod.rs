@@ -18,6 +18,7 @@
 
 mod arrivals;
 mod conn;
+mod ends;
 mod follow;
 pub mod frontier;
 mod library;
@@ -44,6 +45,7 @@ use super::{
 };
 use arrivals::{Arrivals, Waiter};
 use conn::{Connection, Handle};
+use ends::{Expiry, RecentEnd};
 use frontier::Frontiers;
 use library::{Library, RoomFn};
 use wire::{as_u64, decode_description, decode_verdict, decode_verdicts, ints, protocol};
@@ -167,18 +169,6 @@ struct Inner {
     rooms: std::sync::Mutex<HashMap<Arc<str>, (Millis, Millis)>>,
 }
 
-/// A session ended here, kept for [`RECENT_ENDS_FOR`]: its room's policy,
-/// the visitor, its ticket's expiry, when (the caller's clock) and when
-/// (this host's).
-type RecentEnd = (RoomPolicy, VisitorId, Millis, Millis, std::time::Instant);
-
-/// How long an ended session is remembered for a loss to undo: far longer
-/// than any replica lags.
-const RECENT_ENDS_FOR: Duration = Duration::from_secs(120);
-
-/// Most ended sessions remembered.
-const MAX_RECENT_ENDS: usize = 10_000;
-
 /// Most calls one poll makes while promotion moves toward its visitor
 /// (`wire::Tag::More`): a place a million back within the free room.
 const MAX_POLL_ROUNDS: usize = 1_000;
@@ -238,76 +228,7 @@ impl RedisStore {
     }
 }
 
-/// What a release knows of the session's expiry (`lua/release.lua`).
-enum Expiry {
-    Unknown,
-    /// Its ticket's: the session, if still there, ends then.
-    Ticket(Millis),
-    /// No earlier than this (an arrival's session).
-    From(Millis),
-}
-
 impl Inner {
-    /// Remembers a session ended here (`recent_ends`).
-    fn ended(&self, room: &RoomPolicy, visitor: VisitorId, expires: Millis, now_ms: Millis) {
-        let mut ends = self.recent_ends.lock().unwrap_or_else(|p| p.into_inner());
-        while ends.len() >= MAX_RECENT_ENDS
-            || ends
-                .front()
-                .is_some_and(|e| e.4.elapsed() > RECENT_ENDS_FOR)
-        {
-            ends.pop_front();
-        }
-        ends.push_back((
-            room.clone(),
-            visitor,
-            expires,
-            now_ms,
-            std::time::Instant::now(),
-        ));
-    }
-
-    /// Ends again, in the rooms `held` after a loss, the sessions this
-    /// instance ended lately: the loss may have taken their marks.
-    /// (Boxed: it decides through `run_room`, which verifies first.)
-    fn end_again<'a>(
-        &'a self,
-        held: &'a [Arc<str>],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(self.end_again_now(held))
-    }
-
-    async fn end_again_now(&self, held: &[Arc<str>]) {
-        if held.is_empty() {
-            return;
-        }
-        let again: Vec<RecentEnd> = self
-            .recent_ends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|e| e.4.elapsed() <= RECENT_ENDS_FOR && held.contains(&e.0.room))
-            .cloned()
-            .collect();
-        let mut ended = 0;
-        for (room, visitor, expires, then_ms, at) in &again {
-            // Now on the caller's clock, as near as this side can tell.
-            let now_ms = then_ms + at.elapsed().as_millis() as Millis;
-            match self
-                .release(room, *visitor, Expiry::Ticket(*expires), now_ms)
-                .await
-            {
-                Ok(_) => ended += 1,
-                Err(e) => {
-                    tracing::warn!(room = %room.room, error = %e, "a session ended before the loss could not be ended again");
-                }
-            }
-        }
-        if ended > 0 {
-            tracing::info!(ended, "sessions ended before the loss ended again");
-        }
-    }
-
     /// A visitor arrives in (`op` "a", or "n" for an id just made) or
     /// polls from (`op` "p", with its ticket's `seq`) priority lane `lane`
     /// (`lua/lane.lua`). Asked again while the function answers `MORE`,
@@ -417,51 +338,6 @@ impl Inner {
             // call rather than waiting a whole round trip for the one after.
             tokio::task::yield_now().await;
         }
-    }
-
-    /// `end`: a session in `batches` is looked up among the batches
-    /// ending within what the caller knows of its expiry. Knowing nothing,
-    /// the function reads the batches and the tail a bounded part a call
-    /// and says where to go on (`lua/release.lua`): no call holds Redis long
-    /// however many sessions and places the room has.
-    async fn release(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        expiry: Expiry,
-        now_ms: Millis,
-    ) -> Result<bool, StoreError> {
-        let keys = RoomKeys::new(&room.room);
-        let hex = visitor.to_hex();
-        let (min, max) = match expiry {
-            Expiry::Unknown => (String::new(), String::new()),
-            Expiry::Ticket(at) => (at.to_string(), at.to_string()),
-            Expiry::From(at) => (at.to_string(), String::new()),
-        };
-        let mut cursor = String::from("b:0");
-        // Each part is bounded; so is their number (a room of ten million).
-        for _ in 0..100_000 {
-            let mut inv =
-                self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
-            inv.arg(&hex).arg(&min).arg(&max).arg(&cursor);
-            match self.run_room(&inv).await? {
-                Value::Int(0) => return Ok(false),
-                Value::Int(1) => {
-                    // Its ticket must now get "ended", which only the function says.
-                    self.frontiers.forget(&room.room);
-                    return Ok(true);
-                }
-                Value::Array(next) => match next.as_slice() {
-                    [Value::BulkString(b)] => cursor = String::from_utf8_lossy(b).into_owned(),
-                    [Value::SimpleString(s)] => cursor = s.clone(),
-                    _ => return Err(protocol("release", &Value::Array(next))),
-                },
-                v => return Err(protocol("release", &v)),
-            }
-        }
-        Err(StoreError::Protocol(
-            "release: the search did not end".into(),
-        ))
     }
 
     /// One `arrive_many` call: a verdict per visitor, `None` for one held
