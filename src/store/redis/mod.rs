@@ -23,6 +23,7 @@ mod ends;
 mod follow;
 pub mod frontier;
 mod library;
+mod poll;
 pub mod region;
 mod server;
 mod wire;
@@ -40,16 +41,15 @@ use async_trait::async_trait;
 use redis::{Script, Value};
 
 use super::{
-    Arrival, End, EventStart, Maintenance, Millis, Noted, QueueingMethod, RoomOverrides,
-    RoomPolicy, RoomState, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES,
-    RATE_WINDOW_MS,
+    Arrival, End, EventStart, Maintenance, Millis, Noted, RoomOverrides, RoomPolicy, RoomStats,
+    RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, RATE_WINDOW_MS,
 };
 use arrivals::Arrivals;
 use conn::{Connection, Handle};
 use ends::{Expiry, RecentEnd};
 use frontier::Frontiers;
 use library::{Library, RoomFn};
-use wire::{as_u64, decode_description, decode_verdict, ints, protocol};
+use wire::{as_u64, ints, protocol};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
@@ -165,10 +165,6 @@ struct Inner {
     rooms: std::sync::Mutex<HashMap<Arc<str>, (Millis, Millis)>>,
 }
 
-/// Most calls one poll makes while promotion moves toward its visitor
-/// (`wire::Tag::More`): a place a million back within the free room.
-const MAX_POLL_ROUNDS: usize = 1_000;
-
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.inner.conn {
@@ -212,81 +208,6 @@ impl RoomKeys {
     }
 }
 
-impl RedisStore {
-    /// Describes queues from `min` waiting visitors on (tests use short queues).
-    pub fn set_frontier_min_queue(&self, min: u64) {
-        self.inner.frontier_min_queue.store(min, Ordering::Relaxed);
-    }
-
-    /// When the description of `room` in use was made (tests wait for it).
-    pub fn frontier_made(&self, room: &str) -> Option<Millis> {
-        self.inner.frontiers.made(room)
-    }
-}
-
-impl Inner {
-    /// A visitor arrives in (`op` "a", or "n" for an id just made) or
-    /// polls from (`op` "p", with its ticket's `seq`) priority lane `lane`
-    /// (`lua/lane.lua`). Asked again while the function answers `MORE`,
-    /// as a poll is.
-    async fn in_lane(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        op: &str,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        let keys = RoomKeys::new(&room.room);
-        for _ in 0..MAX_POLL_ROUNDS {
-            let mut inv = self.room_call(RoomFn::Lane, &keys.0, room, now_ms, self.deadline_us());
-            inv.arg(op).arg(visitor.to_hex()).arg(lane).arg(seq);
-            let reply = self.run_room(&inv).await?;
-            if !wire::is_more(&reply) {
-                return decode_verdict(&reply);
-            }
-        }
-        Err(StoreError::Protocol(
-            "lane: promotion did not reach the visitor".into(),
-        ))
-    }
-
-    /// Whether `room` is decided against a regional grant (region mode and
-    /// a capacity or rate limit; an unlimited room needs no grant).
-    fn regional(&self, room: &RoomPolicy) -> bool {
-        (room.total_active_users > 0 || room.new_users_per_minute > 0)
-            && self.region.get().is_some()
-    }
-
-    /// Asks Redis for a new description of `room`'s queue, writing the
-    /// polls answered since the last one, and installs it.
-    async fn refresh_frontier(&self, room: &RoomPolicy, now_ms: Millis, seen: Vec<VisitorId>) {
-        let mut keys = RoomKeys::new(&room.room).0.to_vec();
-        keys.push(RoomKeys::overrides(&room.room));
-        let mut inv = self.room_call(RoomFn::Frontier, &keys, room, now_ms, 0);
-        inv.arg(frontier::VALID_MS + frontier::SKEW_MS)
-            .arg(frontier::PRECISION)
-            .arg(self.frontier_min_queue.load(Ordering::Relaxed));
-        let at = now_ms.to_string();
-        for v in &seen {
-            inv.arg(v.to_hex()).arg(at.as_str());
-        }
-        let outcome = match self
-            .run_room(&inv)
-            .await
-            .and_then(|v| decode_description(&v, now_ms))
-        {
-            Ok(d) => Ok(d),
-            Err(e) => {
-                tracing::debug!(room = %room.room, error = %e, "queue description not refreshed");
-                Err(seen)
-            }
-        };
-        self.frontiers.finish(&room.room, outcome);
-    }
-}
-
 fn key_ttl_ms(room: &RoomPolicy) -> Millis {
     let longest = (room
         .session_duration_ms
@@ -294,61 +215,6 @@ fn key_ttl_ms(room: &RoomPolicy) -> Millis {
     .max(room.abandon_after_ms)
     .max(RATE_WINDOW_MS);
     longest.saturating_add(KEY_TTL_MARGIN_MS)
-}
-
-impl RedisStore {
-    /// A poll in the general queue: answered from the queue's description
-    /// where it can be (a rate-limited FIFO room), else by `lua/poll.lua`.
-    async fn poll_general(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        seq: u64,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        let inner = &self.inner;
-        // Only a rate-limited FIFO queue has a frontier (see `frontier`).
-        if room.method == QueueingMethod::Fifo
-            && room.new_users_per_minute > 0
-            && room.state != RoomState::Closed
-        {
-            let lookup = inner.frontiers.lookup(&room.room, visitor, seq, now_ms);
-            if lookup.refresh {
-                if let Some(seen) = inner.frontiers.claim(&room.room, true) {
-                    let (inner, room) = (Arc::clone(inner), room.clone());
-                    tokio::spawn(async move { inner.refresh_frontier(&room, now_ms, seen).await });
-                }
-            }
-            if let Some(place) = lookup.place {
-                return Ok(Verdict::Queued(place));
-            }
-        }
-        let keys = RoomKeys::new(&room.room);
-        // A visitor within the free room is admitted at this poll (I4),
-        // however far back: each call promotes at most PROMOTE_MAX ahead
-        // of it, so the poll is asked again while the function says so.
-        // A poll that leaves its visitor queued promises nothing new (the
-        // place is its ticket's), so on one node only a poll that admits
-        // waits for the replicas; on a Cluster every poll does (a `WAIT`
-        // must go with its call to the slot's primary).
-        let cluster = matches!(inner.conn, Connection::Cluster(_));
-        let acks = if cluster { inner.acks } else { None };
-        for _ in 0..MAX_POLL_ROUNDS {
-            let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
-            inv.arg(visitor.to_hex()).arg(seq);
-            let reply = inner.run_room_acked(&inv, acks).await?;
-            if !wire::is_more(&reply) {
-                let verdict = decode_verdict(&reply)?;
-                if !cluster && matches!(verdict, Verdict::Admitted { .. }) {
-                    inner.acknowledged().await?;
-                }
-                return Ok(verdict);
-            }
-        }
-        Err(StoreError::Protocol(
-            "poll: promotion did not reach the visitor".into(),
-        ))
-    }
 }
 
 #[async_trait]
@@ -628,6 +494,7 @@ impl Maintenance for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{QueueingMethod, RoomState};
 
     #[test]
     fn room_keys_share_one_hash_tag() {
