@@ -15,6 +15,25 @@
 //!
 //! Time always comes from the caller (`now_ms` is a script argument, never
 //! Redis `TIME`), so tests move a clock on Redis exactly as on the memory store.
+//!
+//! The files, one job each:
+//!
+//! * `conn`: reaching Redis (one node, the Sentinels' primary, a Cluster)
+//!   and running calls on it, each bounded by the store timeout and, with
+//!   acknowledgements on, waiting for the replicas;
+//! * `server`: the server's clock (each call's deadline) and its primary's
+//!   replication history (a loss holds the rooms);
+//! * `drain`: deciding a room's new visitors a batch a call (`arrivals`
+//!   keeps those waiting), and region mode's Anywhere pool;
+//! * `poll`: polls and lane calls, and refreshing the queue descriptions
+//!   (`frontier`);
+//! * `ends`: ending sessions, and ending them again after a loss;
+//! * `region`: region mode's regional half;
+//! * `library`: the room functions; `wire`: their arguments and answers;
+//!   `follow`: the primary the Sentinels name, across failovers.
+//!
+//! This file keeps the types, the room's key names and the `Store` and
+//! `Maintenance` impls, which call into the files above.
 
 mod arrivals;
 mod conn;
