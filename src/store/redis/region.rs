@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use redis::Value;
 
 use super::library::RoomFn;
-use super::{ints, RedisStore, RoomKeys};
+use super::{ints, Inner, RedisStore, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError};
 
@@ -216,5 +216,14 @@ impl RedisStore {
             rate_lowered,
             rate_given,
         })
+    }
+}
+
+impl Inner {
+    /// Whether `room` is decided against a regional grant (region mode and
+    /// a capacity or rate limit; an unlimited room needs no grant).
+    pub(super) fn regional(&self, room: &RoomPolicy) -> bool {
+        (room.total_active_users > 0 || room.new_users_per_minute > 0)
+            && self.region.get().is_some()
     }
 }

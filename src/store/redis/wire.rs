@@ -6,12 +6,15 @@
 //! (`library.rs`), so nothing in the `.lua` files restates a number this
 //! side decodes.
 
+use std::collections::HashSet;
+
 use redis::Value;
 
+use super::frontier::Description;
 use crate::clock::Millis;
 use crate::store::{
     QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, StoreError, Verdict,
-    MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
+    VisitorId, MAX_LANES, PASS_LIMIT, RATE_WINDOW_MS, SEQ_EPOCH_MS, SEQ_PER_MS, STRIDE,
 };
 
 /// The version of the room's key layout this build reads and writes. Every
@@ -376,6 +379,55 @@ fn decode_compact(v: &Value, n: usize) -> Result<Vec<Option<Verdict>>, StoreErro
     Ok(admitted.chain(held).chain(queued).collect())
 }
 
+/// Decodes `lua/frontier.lua`'s answer.
+pub(super) fn decode_description(v: &Value, made_ms: Millis) -> Result<Description, StoreError> {
+    let bad = || protocol("frontier", v);
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    let int = |i: usize| items.get(i).and_then(as_u64).ok_or_else(bad);
+    let length = int(0)?;
+    let bound = match items.get(1) {
+        Some(Value::Int(b)) => *b,
+        _ => return Err(bad()),
+    };
+    let reset_floor = int(2)?;
+    let stale = int(3)?..int(4)?;
+    let places = usize::try_from(int(5)?).map_err(|_| bad())?;
+    let mut ended = HashSet::with_capacity(places);
+    for item in items.iter().skip(6).take(places) {
+        let hex = match item {
+            Value::BulkString(b) => std::str::from_utf8(b).ok(),
+            Value::SimpleString(s) => Some(s.as_str()),
+            _ => None,
+        };
+        ended.insert(hex.and_then(VisitorId::from_hex).ok_or_else(bad)?);
+    }
+    let rest = &items[(6 + places).min(items.len())..];
+    if rest.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let samples: Vec<(u64, u64)> = rest
+        .chunks(2)
+        .map(|p| Some((as_u64(&p[0])?, as_u64(&p[1])?)))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    let frontier = if bound >= 0 {
+        samples.first().map(|&(_, seq)| seq)
+    } else {
+        None
+    };
+    Ok(Description {
+        made_ms,
+        length,
+        frontier,
+        reset_floor,
+        stale,
+        ended,
+        samples,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,5 +507,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn verdicts_decode() {
+        let v = |xs: &[i64]| Value::Array(xs.iter().map(|x| Value::Int(*x)).collect());
+        assert_eq!(
+            decode_verdict(&v(&[1, 5])).ok(),
+            Some(Verdict::Admitted {
+                session_expires_ms: 5
+            })
+        );
+        assert_eq!(
+            decode_verdict(&v(&[2, 9, 1, 3])).ok(),
+            Some(Verdict::Queued(QueuePlace {
+                seq: 9,
+                position: 1,
+                queue_length: 3
+            }))
+        );
+        assert_eq!(
+            decode_verdict(&v(&[3, 2])).ok(),
+            Some(Verdict::Rejected(RejectReason::QueueFull))
+        );
+        assert!(decode_verdict(&v(&[3, 9])).is_err());
+        assert!(decode_verdict(&v(&[1, -5])).is_err());
+        assert!(decode_verdict(&Value::Nil).is_err());
     }
 }
