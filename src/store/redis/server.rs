@@ -124,6 +124,12 @@ impl Inner {
             .map(|(r, v)| (r.clone(), *v))
             .collect();
         let mut held: Vec<Arc<str>> = Vec::new();
+        // A room that cannot be marked is asked again later; the others are
+        // marked and held all the same, their ends sent again and named in
+        // the warning. (Stopping at it left the rooms marked before it
+        // with their ends never sent again, since the next pass finds them
+        // marked already, and the rooms after it never marked at all.)
+        let mut failed = false;
         for (room, (hold_ms, ttl_ms)) in rooms {
             let mut inv = self.scripts.epoch.prepare_invoke();
             inv.key(RoomKeys::new(&room).meta())
@@ -140,7 +146,7 @@ impl Inner {
                 Ok(_) => {}
                 Err(e) => {
                     tracing::debug!(room = %room, error = %e, "rooms not marked with the primary's history");
-                    return again();
+                    failed = true;
                 }
             }
         }
@@ -152,7 +158,11 @@ impl Inner {
                  interval while the sessions that survive on their tickets check in"
             );
         }
-        *replid = Some(now);
+        if failed {
+            again();
+        } else {
+            *replid = Some(now);
+        }
         drop(replid);
         self.end_again(&held).await;
     }
