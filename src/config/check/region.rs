@@ -18,7 +18,7 @@ impl Checker<'_, '_> {
                 ),
             );
         }
-        let global_url = match check_redis_url(&raw.global_url, None) {
+        let global_url = match check_redis_url(&raw.global_url, None, "") {
             Ok(url) => url,
             Err(why) => {
                 self.fail(

@@ -32,7 +32,7 @@ impl Checker<'_, '_> {
             } else {
                 format!("redis://{entry}")
             };
-            match check_redis_url(&url, sentinel_password) {
+            match check_redis_url(&url, sentinel_password, "store.sentinel_password_env") {
                 Ok(url) if redis::parse_redis_url(&url).is_some_and(|u| u.port().is_some()) => {
                     sentinels.push(url)
                 }
@@ -127,7 +127,7 @@ impl Checker<'_, '_> {
             } else {
                 path.clone()
             };
-            match check_redis_url(&url, password) {
+            match check_redis_url(&url, password, "store.password_env") {
                 Ok(url) => urls.push(url),
                 Err(why) => self.fail(&here, format!("{} {why}", redact_url(&url))),
             }
@@ -144,8 +144,13 @@ impl Checker<'_, '_> {
     }
 }
 
-/// Checks one Redis URL and splices in the password from the environment.
-pub(super) fn check_redis_url(text: &str, password: Option<&str>) -> Result<String, String> {
+/// Checks one Redis URL and splices in the password from the environment
+/// (read from the key `password_key` names, for the message).
+pub(super) fn check_redis_url(
+    text: &str,
+    password: Option<&str>,
+    password_key: &str,
+) -> Result<String, String> {
     use redis::IntoConnectionInfo as _;
     if !text.starts_with("redis://") && !text.starts_with("rediss://") {
         return Err("must start with redis:// or rediss://".to_owned());
@@ -169,9 +174,9 @@ pub(super) fn check_redis_url(text: &str, password: Option<&str>) -> Result<Stri
     let mut url =
         redis::parse_redis_url(text).ok_or_else(|| "is not a usable Redis URL".to_owned())?;
     if url.password().is_some() {
-        return Err(
-            "already has a password, and store.password_env is set too; use one".to_owned(),
-        );
+        return Err(format!(
+            "already has a password, and {password_key} is set too; use one"
+        ));
     }
     url.set_password(Some(password))
         .map_err(|()| "cannot hold a password".to_owned())?;
@@ -255,8 +260,6 @@ mod tests {
 
     #[test]
     fn a_sentinel_with_a_password_takes_none_from_the_environment() {
-        // The message names store.password_env, though the password here
-        // comes from store.sentinel_password_env.
         let src = sentinels(
             "[\"redis://:pw@10.0.0.1:26379\"]",
             "sentinel_master = \"mymaster\"\nsentinel_password_env = \"SP\"",
@@ -264,7 +267,7 @@ mod tests {
         assert_eq!(
             refusals_with(&src, &[("SP", "secret")]),
             [
-                r#"store.sentinels[0]: "redis://:REDACTED@10.0.0.1:26379" already has a password, and store.password_env is set too; use one"#
+                r#"store.sentinels[0]: "redis://:REDACTED@10.0.0.1:26379" already has a password, and store.sentinel_password_env is set too; use one"#
             ]
         );
     }
