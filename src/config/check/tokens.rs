@@ -29,9 +29,13 @@ impl Checker<'_, '_> {
             }
         };
         let mut keys = crate::enqueue::TokenKeys::default();
-        if let Some(var) = raw.hmac_keys_env {
-            let path = p.key("hmac_keys_env");
-            let var = self.env_name(&path, Some(var), "")?;
+        let path = p.key("hmac_keys_env");
+        // A bad name is reported and the rest of the section still checked
+        // (one pass finds every problem).
+        if let Some(var) = raw
+            .hmac_keys_env
+            .and_then(|var| self.env_name(&path, Some(var), ""))
+        {
             match self.env_value(&var) {
                 Some(v) => {
                     for (i, k) in v.split(',').enumerate() {
@@ -40,7 +44,10 @@ impl Checker<'_, '_> {
                             Ok(bytes) if bytes.len() >= 32 => keys.hmac.push(bytes),
                             _ => self.fail(
                                 &path,
-                                format!("key {i} in {var} is not base64 of at least 32 bytes"),
+                                format!(
+                                    "key {} in {var} is not base64 of at least 32 bytes",
+                                    i + 1
+                                ),
                             ),
                         }
                     }
@@ -129,12 +136,15 @@ mod tests {
         );
         assert_eq!(
             token(keys, &[("HK", &format!("{KEY},c2hvcnQ="))]),
-            ["room[0].enqueue_token.hmac_keys_env: key 1 in HK is not base64 of at least 32 bytes"]
+            // Counted from 1, as cookie.keys_env's are.
+            ["room[0].enqueue_token.hmac_keys_env: key 2 in HK is not base64 of at least 32 bytes"]
         );
+        // A bad name does not hide the rest of the section.
         assert_eq!(
             token("hmac_keys_env = \"1HK\"", &[]),
             [
-                r#"room[0].enqueue_token.hmac_keys_env: "1HK" is not an environment variable name (letters, digits and _, not starting with a digit)"#
+                r#"room[0].enqueue_token.hmac_keys_env: "1HK" is not an environment variable name (letters, digits and _, not starting with a digit)"#,
+                NO_KEYS,
             ]
         );
     }
