@@ -65,6 +65,10 @@ impl Checker<'_, '_> {
                 single_use: HashSet::new(),
                 token_claim: raw.token_claim.unwrap_or(false),
             };
+            // Each problem once: a way in that is named but broken is
+            // reported as broken, not also as empty or as missing.
+            let named =
+                raw.codes_env.is_some() || raw.single_use_codes_file.is_some() || lane.token_claim;
             if let Some(var) = raw.codes_env {
                 let path = p.key("codes_env");
                 if let Some(var) = self.env_name(&path, Some(var), "") {
@@ -72,6 +76,9 @@ impl Checker<'_, '_> {
                         Some(v) => {
                             self.long_codes(&path, v.split(','));
                             lane.codes.extend(codes_in(v.split(',')));
+                            if lane.codes.is_empty() {
+                                self.fail(&path, format!("{var} holds no code"));
+                            }
                         }
                         None => self.fail(
                             &path,
@@ -79,9 +86,6 @@ impl Checker<'_, '_> {
                                 "environment variable {var} is not set; it holds the lane's codes"
                             ),
                         ),
-                    }
-                    if lane.codes.is_empty() {
-                        self.fail(&path, format!("{var} holds no code"));
                     }
                 }
             }
@@ -104,7 +108,7 @@ impl Checker<'_, '_> {
                     "needs [room.enqueue_token]: the claim is read from a verified token",
                 );
             }
-            if lane.codes.is_empty() && lane.single_use.is_empty() && !lane.token_claim {
+            if !named {
                 self.fail(
                     &p,
                     "no way in: give codes_env, single_use_codes_file or token_claim = true",
@@ -230,15 +234,11 @@ mod tests {
         let src = room_with(&lane("vip", 0.2, "VIP"));
         assert_eq!(
             refusals(&src),
-            [
-                "room[0].lane[0].codes_env: environment variable VIP is not set; it holds the lane's codes",
-                "room[0].lane[0].codes_env: VIP holds no code",
-                NO_WAY_IN,
-            ]
+            ["room[0].lane[0].codes_env: environment variable VIP is not set; it holds the lane's codes"]
         );
         assert_eq!(
             refusals_with(&src, &[("VIP", "# none yet")]),
-            ["room[0].lane[0].codes_env: VIP holds no code", NO_WAY_IN]
+            ["room[0].lane[0].codes_env: VIP holds no code"]
         );
         assert_eq!(
             refusals_with(&src, &[("VIP", "short, long-enough, 1234567")]),
@@ -247,8 +247,7 @@ mod tests {
         assert_eq!(
             refusals(&room_with(&lane("vip", 0.2, "1VIP"))),
             [
-                r#"room[0].lane[0].codes_env: "1VIP" is not an environment variable name (letters, digits and _, not starting with a digit)"#,
-                NO_WAY_IN,
+                r#"room[0].lane[0].codes_env: "1VIP" is not an environment variable name (letters, digits and _, not starting with a digit)"#
             ]
         );
     }
@@ -264,10 +263,7 @@ mod tests {
         let (_dir, empty) = file("# none yet\n\n");
         assert_eq!(
             refusals(&at(&empty)),
-            [
-                format!("{key}: {empty} holds no code"),
-                NO_WAY_IN.to_owned()
-            ]
+            [format!("{key}: {empty} holds no code")]
         );
         let (_dir, short) = file("one-long-code\nshort\n");
         assert_eq!(
@@ -277,10 +273,9 @@ mod tests {
         let missing = format!("{empty}.missing");
         assert_eq!(
             refusals(&at(&missing)),
-            [
-                format!("{key}: cannot read {missing}: No such file or directory (os error 2)"),
-                NO_WAY_IN.to_owned()
-            ]
+            [format!(
+                "{key}: cannot read {missing}: No such file or directory (os error 2)"
+            )]
         );
     }
 
