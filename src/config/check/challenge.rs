@@ -47,7 +47,20 @@ impl Checker<'_, '_> {
             );
         }
         let secret_path = p.key("challenge_secret_env");
-        let secret = match self.env_name(&secret_path, raw.secret_env.take(), "") {
+        let named = match raw.secret_env.take() {
+            Some(name) => self.env_name(&secret_path, Some(name), ""),
+            None => {
+                self.fail(
+                    &secret_path,
+                    format!(
+                        "missing: the name of the environment variable that holds the {} secret key",
+                        kind.name()
+                    ),
+                );
+                None
+            }
+        };
+        let secret = match named {
             Some(var) => match self.env_value(&var) {
                 Some(v) => Some(Secret(v)),
                 None => {
@@ -209,16 +222,14 @@ mod tests {
             turnstile("challenge_secret_env = \"OTHER\""),
             ["room[0].challenge_secret_env: environment variable OTHER is not set; it holds the turnstile secret key"]
         );
-        // Left out, it is an empty name.
+        // Left out, it is said to be missing.
         let src = with(
             "room",
             "challenge = \"hcaptcha\"\nchallenge_site_key = \"k\"",
         );
         assert_eq!(
             refusals_with(&src, &[]),
-            [
-                r#"room[0].challenge_secret_env: "" is not an environment variable name (letters, digits and _, not starting with a digit)"#
-            ]
+            ["room[0].challenge_secret_env: missing: the name of the environment variable that holds the hcaptcha secret key"]
         );
     }
 
