@@ -134,7 +134,7 @@ impl Gate {
         };
         match outcome {
             // The daemon's own paths are reached directly, never through a decision.
-            Outcome::Own(_) | Outcome::NotFound => {
+            Outcome::Own | Outcome::NotFound => {
                 self.deny(None, Shown::NotFound, headers, form, ctx.now)
             }
             Outcome::Unmatched => self.let_in(None, None, ctx.now, "unmatched"),

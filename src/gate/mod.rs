@@ -235,8 +235,8 @@ impl std::fmt::Display for Unread {
 /// ([`Gate::phases`]), decision mode answers the proxy that asked
 /// (`decide`).
 enum Outcome {
-    /// Under the reserved prefix (the rest of the canonical path).
-    Own(String),
+    /// Under the reserved prefix ([`Gate::own_path`] gives the rest).
+    Own,
     /// No room matches, and `server.unmatched` forwards.
     Unmatched,
     /// No room matches, and `server.unmatched` answers 404.
@@ -454,8 +454,9 @@ impl Gate {
         // refused): expired, unless it is to be handed in again.
         let spent = proof::Spent::of(req.headers());
         match outcome {
-            Outcome::Own(rest) => {
-                let resp = self.reserved(&req, &rest, &ctx).await;
+            Outcome::Own => {
+                let rest = self.own_path(&ctx).unwrap_or_default();
+                let resp = self.reserved(&req, rest, &ctx).await;
                 self.marked(resp, None, "own")
             }
             Outcome::Unmatched => {
@@ -513,15 +514,23 @@ impl Gate {
         Ok((ctx, outcome))
     }
 
+    /// The rest of the canonical path after the reserved prefix, for the
+    /// daemon's own paths (borrowed: every queued visitor's poll is one).
+    fn own_path<'c>(&self, ctx: &'c Ctx<'_>) -> Option<&'c str> {
+        ctx.canonical
+            .path()
+            .strip_prefix(self.reserved_prefix.as_str())
+    }
+
     /// Phases 2 to 5 of [`Gate::outcome`]: 2. route (the reserved prefix,
     /// the room, or none); 3. bypass; 4. ticket, or the store's failure
     /// policy; 5. let in, or what to show (a browser that brought the
     /// daemon's own parameters is sent on without them).
     async fn route(&self, method: &Method, headers: &HeaderMap, ctx: &Ctx<'_>) -> Outcome {
-        let path = ctx.canonical.path();
-        if let Some(rest) = path.strip_prefix(self.reserved_prefix.as_str()) {
-            return Outcome::Own(rest.to_owned());
+        if self.own_path(ctx).is_some() {
+            return Outcome::Own;
         }
+        let path = ctx.canonical.path();
         let key = ctx.canonical.match_key();
         let Some(room) = self.rooms.matching(ctx.canonical.host(), &key).cloned() else {
             return match self.unmatched {

@@ -44,30 +44,8 @@ impl Flags {
 }
 
 impl RedisStore {
-    /// An arrival in `lane` of an id that may hold what `kind` says: the
-    /// general queue's go through the batches, a lane's through
-    /// `lua/lane.lua` (op `a`, `n` or `u` as `kind`).
-    pub(super) async fn arrive_kind(
-        &self,
-        room: &RoomPolicy,
-        visitor: VisitorId,
-        lane: u8,
-        kind: Arrival,
-        now_ms: Millis,
-    ) -> Result<Verdict, StoreError> {
-        if crate::store::lane_index(room, lane)? == 0 {
-            return self.arrive_in_batch(room, visitor, kind, now_ms).await;
-        }
-        let op = match kind {
-            Arrival::Known => "a",
-            Arrival::New => "n",
-            Arrival::Unseen => "u",
-        };
-        self.inner.in_lane(room, visitor, lane, op, 0, now_ms).await
-    }
-
     /// Joins the room's next arrival batch and waits for its verdict.
-    async fn arrive_in_batch(
+    pub(super) async fn arrive_in_batch(
         &self,
         room: &RoomPolicy,
         visitor: VisitorId,

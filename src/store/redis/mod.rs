@@ -246,7 +246,17 @@ impl Store for RedisStore {
         kind: Arrival,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
-        self.arrive_kind(room, visitor, lane, kind, now_ms).await
+        // The general queue's arrivals go through the batches (drain.rs), a
+        // lane's through `lua/lane.lua` (op `a`, `n` or `u` as `kind`).
+        if crate::store::lane_index(room, lane)? == 0 {
+            return self.arrive_in_batch(room, visitor, kind, now_ms).await;
+        }
+        let op = match kind {
+            Arrival::Known => "a",
+            Arrival::New => "n",
+            Arrival::Unseen => "u",
+        };
+        self.inner.in_lane(room, visitor, lane, op, 0, now_ms).await
     }
 
     async fn poll(
