@@ -3,7 +3,7 @@
 //! (`jti`) and the address it was given to (`ip`). The gate turns a
 //! verified `sub` into the visitor id the room knows that person by, so
 //! one person holds one place or session across every instance, however
-//! many browsers and addresses they come from (`Gate::token_arrival`).
+//! many browsers and addresses they come from (`gate::Admission::enqueue_entry`).
 //!
 //! Verified here, by the `jsonwebtoken` crate: the three parts, `alg`
 //! (HS256 with the room's shared keys; EdDSA (Ed25519) and RS256 with

@@ -275,7 +275,12 @@ impl Admin {
                 let visitor = VisitorId::from_hex(&body.visitor).ok_or_else(|| {
                     AdminError::BadRequest("visitor: expected 32 hex characters".into())
                 })?;
-                let released = self.gates.load_full().release(&room, visitor).await?;
+                let released = self
+                    .gates
+                    .load_full()
+                    .operator
+                    .release(&room, visitor)
+                    .await?;
                 Ok(json(
                     StatusCode::OK,
                     &serde_json::json!({ "released": released }),
@@ -284,7 +289,7 @@ impl Admin {
             }
             (&Method::POST, ["api", "rooms", id, "reset"]) => {
                 let room = self.room(id)?;
-                self.gates.load_full().reset(&room).await?;
+                self.gates.load_full().operator.reset(&room).await?;
                 Ok(json(
                     StatusCode::OK,
                     &serde_json::json!({ "reset": true }),
@@ -314,7 +319,8 @@ impl Admin {
         if self.telemetry.draining.load(Ordering::Relaxed) {
             return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
         }
-        if self.gates.load_full().store_ready().await {
+        let gate = self.gates.load_full();
+        if gate.operator.store_ready(&gate.rooms).await {
             text(StatusCode::OK, "ready")
         } else {
             text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
@@ -374,12 +380,13 @@ impl Admin {
         )
         .map_err(AdminError::BadRequest)?;
         let gate = self.gates.load_full();
-        gate.amend(room, |o, _| {
-            o.settings.update(&settings);
-            o.state = change.state.or(o.state);
-            Ok(())
-        })
-        .await?;
+        gate.operator
+            .amend(room, |o, _| {
+                o.settings.update(&settings);
+                o.state = change.state.or(o.state);
+                Ok(())
+            })
+            .await?;
         Ok(())
     }
 
@@ -416,38 +423,39 @@ impl Admin {
         must_exist: bool,
     ) -> Result<(), AdminError> {
         let gate = self.gates.load_full();
-        gate.amend(room, |o, mut events| {
-            let at = events.iter().position(|e| e.name == name);
-            match (at, must_exist) {
-                (None, true) => return Err(format!("no event named {name:?}")),
-                (Some(_), false) => {
-                    return Err(format!(
-                        "an event named {name:?} exists; change it with PATCH"
-                    ))
+        gate.operator
+            .amend(room, |o, mut events| {
+                let at = events.iter().position(|e| e.name == name);
+                match (at, must_exist) {
+                    (None, true) => return Err(format!("no event named {name:?}")),
+                    (Some(_), false) => {
+                        return Err(format!(
+                            "an event named {name:?} exists; change it with PATCH"
+                        ))
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-            match change {
-                None => {
-                    if let Some(i) = at {
-                        events.remove(i);
+                match change {
+                    None => {
+                        if let Some(i) = at {
+                            events.remove(i);
+                        }
+                    }
+                    Some(change) => {
+                        let mut event = match at {
+                            Some(i) => events.remove(i),
+                            None => change.new_spec(name)?,
+                        };
+                        change.apply(&mut event)?;
+                        schedule::check_event(&event, &events)?;
+                        events.push(event);
+                        events.sort_by_key(|e| e.start_ms);
                     }
                 }
-                Some(change) => {
-                    let mut event = match at {
-                        Some(i) => events.remove(i),
-                        None => change.new_spec(name)?,
-                    };
-                    change.apply(&mut event)?;
-                    schedule::check_event(&event, &events)?;
-                    events.push(event);
-                    events.sort_by_key(|e| e.start_ms);
-                }
-            }
-            o.events = Some(events);
-            Ok(())
-        })
-        .await?;
+                o.events = Some(events);
+                Ok(())
+            })
+            .await?;
         Ok(())
     }
 }

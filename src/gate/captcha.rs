@@ -285,7 +285,7 @@ fn token_key(token: &str) -> u64 {
     u64::from_be_bytes(first)
 }
 
-impl super::Gate {
+impl super::Admission {
     /// While the room queues: the captcha for a request without a token;
     /// `Proven` for a token the provider takes; for one it refuses,
     /// `Failed` (the shadow queue) or the captcha again; the captcha again
@@ -298,8 +298,8 @@ impl super::Gate {
         room: &super::Room,
         headers: &HeaderMap,
         ctx: &super::Ctx<'_>,
-    ) -> Result<super::Proof, StoreError> {
-        use super::Proof;
+    ) -> Result<super::admission::Proof, StoreError> {
+        use super::admission::Proof;
         let (Some(captcha), Some(verifier)) =
             (room.config.captcha.as_ref(), self.captchas.as_ref())
         else {
@@ -376,12 +376,12 @@ impl super::Gate {
     }
 
     /// A token that does not hold: the shadow queue, or the captcha again.
-    fn captcha_refused(&self, room: &super::Room) -> super::Proof {
+    fn captcha_refused(&self, room: &super::Room) -> super::admission::Proof {
         if self.shadows(room) {
-            super::Proof::Failed
+            super::admission::Proof::Failed
         } else {
             room.metrics.challenged.inc();
-            super::Proof::CaptchaWanted
+            super::admission::Proof::CaptchaWanted
         }
     }
 }

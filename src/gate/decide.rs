@@ -29,7 +29,7 @@ use hyper::body::Incoming;
 
 use crate::body::{empty, Body};
 use crate::clock::Millis;
-use crate::proxy::headers::{self, X_FORWARDED_HOST};
+use crate::proxy::headers::X_FORWARDED_HOST;
 use crate::proxy::{sign::X_WAITROOM_SIGNATURE, X_WAITROOM_VISITOR};
 use crate::respond::{json, push_cookie, text};
 use crate::ticket::{Grant, Ticket};
@@ -76,238 +76,245 @@ struct PageNote {
 /// Why the original request could not be read.
 const UNDESCRIBED: &str = "the original request is not described: see docs/behind-a-proxy.md";
 
-impl Gate {
-    /// Whether `raw_path` (the request's own, not canonical) is one of the
-    /// decision endpoints. Checked on the raw path: the original path that
-    /// Envoy appends must not be folded into the endpoint's.
-    pub(super) fn decision_path<'p>(&self, raw_path: &'p str) -> Option<&'p str> {
-        let rest = raw_path.strip_prefix(self.reserved_prefix.as_str())?;
-        (rest == "auth" || rest.starts_with("auth/")).then_some(rest)
-    }
-
-    /// Answers a proxy's "may this request pass?" (`rest` is the raw path
-    /// after the reserved prefix).
-    pub(super) async fn decide(
-        &self,
-        req: Request<Incoming>,
-        conn: &ConnInfo,
-        rest: &str,
-    ) -> Response<Body> {
-        if !headers::is_trusted(conn.peer.ip(), &self.trusted_proxies) {
-            tracing::debug!(peer = %conn.peer, "decision asked by an untrusted peer");
-            return text(
-                StatusCode::FORBIDDEN,
-                "the decision endpoint answers only server.trusted_proxies",
-            );
-        }
-        let (form, envoy_path) = match rest {
-            "auth" => (Form::Original, None),
-            "auth/forwarded" => (Form::Forwarded, None),
-            _ => match rest.strip_prefix("auth/envoy") {
-                Some(path) if path.is_empty() || path.starts_with('/') => {
-                    (Form::Envoy, Some(path.to_owned()))
-                }
-                _ => return text(StatusCode::NOT_FOUND, "no such decision endpoint"),
-            },
-        };
-        let now = self.clock.now_ms();
-        let original = match original_request(req, form, envoy_path) {
-            Ok(original) => original,
-            Err(Unread::Undescribed) => return text(StatusCode::BAD_REQUEST, UNDESCRIBED),
-            Err(Unread::Unreadable(headers)) => {
-                return self.deny(None, Shown::Refused { host: false }, &headers, form, now)
-            }
-        };
-        let headers = original.headers();
-        let (ctx, outcome) = match self.outcome(&original, conn).await {
-            Err(why) => {
-                tracing::debug!(peer = %conn.peer, %why, "original request refused");
-                let shown = match why {
-                    super::Unread::Connect => Shown::NotAllowed,
-                    super::Unread::Malformed(why) => Shown::Refused {
-                        host: matches!(super::refusal_text(why), crate::queue_page::Msg::BadHost),
-                    },
-                };
-                return self.deny(None, shown, headers, form, now);
-            }
-            Ok(decided) => decided,
-        };
-        match outcome {
-            // The daemon's own paths are reached directly, never through a decision.
-            Outcome::Own | Outcome::NotFound => {
-                self.deny(None, Shown::NotFound, headers, form, ctx.now)
-            }
-            Outcome::Unmatched => self.let_in(None, None, ctx.now, "unmatched"),
-            Outcome::Bypass(room) => self.let_in(Some(&room), None, ctx.now, "bypass"),
-            Outcome::FailOpen(room) => self.let_in(Some(&room), None, ctx.now, "fail_open"),
-            Outcome::Admit(room, admitted) => {
-                self.let_in(Some(&room), Some(admitted), ctx.now, "admitted")
-            }
-            Outcome::Show(room, shown) => self.deny(Some(&room), shown, headers, form, ctx.now),
-        }
-    }
-
-    /// `200`: the proxy forwards, with these headers set on the request.
-    fn let_in(
-        &self,
-        room: Option<&Room>,
-        admitted: Option<Admitted>,
-        now: Millis,
-        outcome: &'static str,
-    ) -> Response<Body> {
-        let mut resp = Response::new(empty());
-        let h = resp.headers_mut();
-        let none = || HeaderValue::from_static("");
-        let room_id = room.map(|r| r.config.id.as_str());
-        let visitor = admitted.as_ref().map(|a| a.visitor);
-        h.insert(
-            X_WAITROOM_VISITOR,
-            visitor
-                .and_then(|v| HeaderValue::from_bytes(&v.hex()).ok())
-                .unwrap_or_else(none),
+/// Answers a proxy's "may this request pass?" (`rest` is the raw path
+/// after the reserved prefix).
+pub(super) async fn decide(
+    gate: &Gate,
+    req: Request<Incoming>,
+    conn: &ConnInfo,
+    rest: &str,
+) -> Response<Body> {
+    if !gate.intake.is_trusted(conn.peer.ip()) {
+        tracing::debug!(peer = %conn.peer, "decision asked by an untrusted peer");
+        return text(
+            StatusCode::FORBIDDEN,
+            "the decision endpoint answers only server.trusted_proxies",
         );
-        h.insert(
-            X_WAITROOM_ROOM,
-            room_id
-                .and_then(|id| HeaderValue::from_str(id).ok())
-                .unwrap_or_else(none),
-        );
-        let signature = visitor
-            .zip(room_id)
-            .and_then(|(v, id)| self.proxy.signature(&v, id, now));
-        h.insert(X_WAITROOM_SIGNATURE, signature.unwrap_or_else(none));
-        if let (Some(room), Some(ticket)) = (room, admitted.and_then(|a| a.ticket)) {
-            push_cookie(h, self.tickets.set_cookie(room, &ticket, now));
-        }
-        self.marked(resp, room, outcome)
     }
-
-    /// Not let in: the page (or only its sealed description, for nginx).
-    fn deny(
-        &self,
-        room: Option<&Room>,
-        shown: Shown,
-        headers: &HeaderMap,
-        form: Form,
-        now: Millis,
-    ) -> Response<Body> {
-        let note = PageNote {
-            room: room.map(|r| r.config.id.clone()).unwrap_or_default(),
-            until: now + PAGE_NOTE_MS,
-            shown,
-        };
-        let sealed = serde_json::to_vec(&note)
-            .map(|pt| self.tickets.keys().seal_note(PAGE_NOTE, &pt))
-            .ok()
-            .and_then(|s| HeaderValue::from_str(&s).ok());
-        let page_status = note.shown.status(room);
-        // nginx reads no body of a denial: its page comes from `{prefix}page`.
-        let mut resp = if form == Form::Original {
-            Response::new(empty())
-        } else {
-            self.show(room, &note.shown, headers, now)
-        };
-        *resp.status_mut() = if form == Form::Original || page_status.is_success() {
-            StatusCode::UNAUTHORIZED
-        } else {
-            page_status
-        };
-        let h = resp.headers_mut();
-        if let Ok(v) = HeaderValue::from_str(page_status.as_str()) {
-            h.insert(X_WAITROOM_STATUS, v);
-        }
-        if let Some(v) = sealed {
-            h.insert(X_WAITROOM_PAGE, v);
-        }
-        self.marked(resp, room, note.shown.outcome())
-    }
-
-    /// `{prefix}page`: the page a decision chose, handed back sealed by
-    /// the proxy in `X-Waitroom-Page` (nginx's named location); the
-    /// request's own headers choose HTML or JSON and the language.
-    pub(super) fn page_endpoint(&self, headers: &HeaderMap, peer_trusted: bool) -> Response<Body> {
-        let now = self.clock.now_ms();
-        let note = peer_trusted
-            .then(|| headers.get(&X_WAITROOM_PAGE))
-            .flatten()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| self.tickets.keys().open_note(PAGE_NOTE, v))
-            .and_then(|pt| serde_json::from_slice::<PageNote>(&pt).ok())
-            .filter(|n| now < n.until);
-        let Some(note) = note else {
-            // Nothing to show: reloading asks the proxy, and so us, again.
-            return crate::respond::message(
-                StatusCode::SERVICE_UNAVAILABLE,
-                crate::queue_page::Msg::StoreUnavailable,
-                crate::i18n::Language::Auto.choose(headers),
-                1,
-            );
-        };
-        let room = self.rooms.by_id(&note.room).cloned();
-        self.show(room.as_deref(), &note.shown, headers, now)
-    }
-
-    /// `POST {prefix}end?room=ID` from a trusted proxy or the origin, with
-    /// the visitor's cookie: ends the session (or gives up the queue place)
-    /// the ticket names, as the reverse proxy's `X-Waitroom-Command: revoke`
-    /// does; the answer expires the cookie.
-    pub(super) async fn end_endpoint(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-        peer_trusted: bool,
-    ) -> Response<Body> {
-        if !peer_trusted {
-            return text(
-                StatusCode::FORBIDDEN,
-                "ending a session answers only server.trusted_proxies",
-            );
-        }
-        let Some(room) = super::room_param(query)
-            .and_then(|id| self.rooms.by_id(id))
-            .cloned()
-        else {
-            return json(
-                StatusCode::NOT_FOUND,
-                &serde_json::json!({"error": "unknown room"}),
+    let (form, envoy_path) = match rest {
+        "auth" => (Form::Original, None),
+        "auth/forwarded" => (Form::Forwarded, None),
+        _ => match rest.strip_prefix("auth/envoy") {
+            Some(path) if path.is_empty() || path.starts_with('/') => {
+                (Form::Envoy, Some(path.to_owned()))
+            }
+            _ => return text(StatusCode::NOT_FOUND, "no such decision endpoint"),
+        },
+    };
+    let now = gate.clock.now_ms();
+    let original = match original_request(req, form, envoy_path) {
+        Ok(original) => original,
+        Err(Unread::Undescribed) => return text(StatusCode::BAD_REQUEST, UNDESCRIBED),
+        Err(Unread::Unreadable(headers)) => {
+            return deny(
+                gate,
                 None,
+                Shown::Refused { host: false },
+                &headers,
+                form,
+                now,
+            )
+        }
+    };
+    let headers = original.headers();
+    let (ctx, outcome) = match gate.outcome(&original, conn).await {
+        Err(why) => {
+            tracing::debug!(peer = %conn.peer, %why, "original request refused");
+            let shown = match why {
+                super::intake::Unread::Connect => Shown::NotAllowed,
+                super::intake::Unread::Malformed(why) => Shown::Refused {
+                    host: matches!(
+                        super::intake::refusal_text(why),
+                        crate::queue_page::Msg::BadHost
+                    ),
+                },
+            };
+            return deny(gate, None, shown, headers, form, now);
+        }
+        Ok(decided) => decided,
+    };
+    match outcome {
+        // The daemon's own paths are reached directly, never through a decision.
+        Outcome::Own | Outcome::NotFound => {
+            deny(gate, None, Shown::NotFound, headers, form, ctx.now)
+        }
+        Outcome::Unmatched => let_in(gate, None, None, ctx.now, "unmatched"),
+        Outcome::Bypass(room) => let_in(gate, Some(&room), None, ctx.now, "bypass"),
+        Outcome::FailOpen(room) => let_in(gate, Some(&room), None, ctx.now, "fail_open"),
+        Outcome::Admit(room, admitted) => {
+            let_in(gate, Some(&room), Some(admitted), ctx.now, "admitted")
+        }
+        Outcome::Show(room, shown) => deny(gate, Some(&room), shown, headers, form, ctx.now),
+    }
+}
+
+/// `200`: the proxy forwards, with these headers set on the request.
+fn let_in(
+    gate: &Gate,
+    room: Option<&Room>,
+    admitted: Option<Admitted>,
+    now: Millis,
+    outcome: &'static str,
+) -> Response<Body> {
+    let mut resp = Response::new(empty());
+    let h = resp.headers_mut();
+    let none = || HeaderValue::from_static("");
+    let room_id = room.map(|r| r.config.id.as_str());
+    let visitor = admitted.as_ref().map(|a| a.visitor);
+    h.insert(
+        X_WAITROOM_VISITOR,
+        visitor
+            .and_then(|v| HeaderValue::from_bytes(&v.hex()).ok())
+            .unwrap_or_else(none),
+    );
+    h.insert(
+        X_WAITROOM_ROOM,
+        room_id
+            .and_then(|id| HeaderValue::from_str(id).ok())
+            .unwrap_or_else(none),
+    );
+    let signature = visitor
+        .zip(room_id)
+        .and_then(|(v, id)| gate.forwarding.signature(&v, id, now));
+    h.insert(X_WAITROOM_SIGNATURE, signature.unwrap_or_else(none));
+    if let (Some(room), Some(ticket)) = (room, admitted.and_then(|a| a.ticket)) {
+        push_cookie(h, gate.admission.tickets.set_cookie(room, &ticket, now));
+    }
+    gate.marked(resp, room, outcome)
+}
+
+/// Not let in: the page (or only its sealed description, for nginx).
+fn deny(
+    gate: &Gate,
+    room: Option<&Room>,
+    shown: Shown,
+    headers: &HeaderMap,
+    form: Form,
+    now: Millis,
+) -> Response<Body> {
+    let note = PageNote {
+        room: room.map(|r| r.config.id.clone()).unwrap_or_default(),
+        until: now + PAGE_NOTE_MS,
+        shown,
+    };
+    let sealed = serde_json::to_vec(&note)
+        .map(|pt| gate.admission.tickets.keys().seal_note(PAGE_NOTE, &pt))
+        .ok()
+        .and_then(|s| HeaderValue::from_str(&s).ok());
+    let page_status = note.shown.status(room);
+    // nginx reads no body of a denial: its page comes from `{prefix}page`.
+    let mut resp = if form == Form::Original {
+        Response::new(empty())
+    } else {
+        pages::show(&gate.intake, room, &note.shown, headers, now)
+    };
+    *resp.status_mut() = if form == Form::Original || page_status.is_success() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        page_status
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(page_status.as_str()) {
+        h.insert(X_WAITROOM_STATUS, v);
+    }
+    if let Some(v) = sealed {
+        h.insert(X_WAITROOM_PAGE, v);
+    }
+    gate.marked(resp, room, note.shown.outcome())
+}
+
+/// `{prefix}page`: the page a decision chose, handed back sealed by
+/// the proxy in `X-Waitroom-Page` (nginx's named location); the
+/// request's own headers choose HTML or JSON and the language.
+pub(super) fn page_endpoint(
+    gate: &Gate,
+    headers: &HeaderMap,
+    peer_trusted: bool,
+) -> Response<Body> {
+    let now = gate.clock.now_ms();
+    let note = peer_trusted
+        .then(|| headers.get(&X_WAITROOM_PAGE))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| gate.admission.tickets.keys().open_note(PAGE_NOTE, v))
+        .and_then(|pt| serde_json::from_slice::<PageNote>(&pt).ok())
+        .filter(|n| now < n.until);
+    let Some(note) = note else {
+        // Nothing to show: reloading asks the proxy, and so us, again.
+        return crate::respond::message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            crate::queue_page::Msg::StoreUnavailable,
+            crate::i18n::Language::Auto.choose(headers),
+            1,
+        );
+    };
+    let room = gate.rooms.by_id(&note.room);
+    pages::show(&gate.intake, room.map(|r| &**r), &note.shown, headers, now)
+}
+
+/// `POST {prefix}end?room=ID` from a trusted proxy or the origin, with
+/// the visitor's cookie: ends the session (or gives up the queue place)
+/// the ticket names, as the reverse proxy's `X-Waitroom-Command: revoke`
+/// does; the answer expires the cookie.
+pub(super) async fn end_endpoint(
+    gate: &Gate,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    peer_trusted: bool,
+) -> Response<Body> {
+    if !peer_trusted {
+        return text(
+            StatusCode::FORBIDDEN,
+            "ending a session answers only server.trusted_proxies",
+        );
+    }
+    let Some(room) = super::room_param(query)
+        .and_then(|id| gate.rooms.by_id(id))
+        .cloned()
+    else {
+        return json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": "unknown room"}),
+            None,
+        );
+    };
+    let now = gate.clock.now_ms();
+    let outcome = match gate.admission.tickets.open_any(&room, headers, now) {
+        Some(Ticket {
+            visitor,
+            grant: Grant::Admitted {
+                session_expires_ms, ..
+            },
+            ..
+        }) => {
+            gate.operator
+                .end_session(&room, visitor, session_expires_ms, now)
+                .await
+        }
+        Some(Ticket {
+            visitor,
+            grant: Grant::Queued { .. },
+            ..
+        }) => gate.operator.release(&room, visitor).await,
+        // A shadow place holds nothing to end.
+        Some(Ticket {
+            grant: Grant::Shadow { .. },
+            ..
+        }) => Ok(false),
+        None => Ok(false),
+    };
+    match outcome {
+        Ok(ended) => {
+            let mut resp = json(StatusCode::OK, &serde_json::json!({"ended": ended}), None);
+            push_cookie(
+                resp.headers_mut(),
+                gate.admission.tickets.expired_cookie(&room),
             );
-        };
-        let now = self.clock.now_ms();
-        let outcome = match self.tickets.open_any(&room, headers, now) {
-            Some(Ticket {
-                visitor,
-                grant:
-                    Grant::Admitted {
-                        session_expires_ms, ..
-                    },
-                ..
-            }) => {
-                self.end_session(&room, visitor, session_expires_ms, now)
-                    .await
-            }
-            Some(Ticket {
-                visitor,
-                grant: Grant::Queued { .. },
-                ..
-            }) => self.release(&room, visitor).await,
-            // A shadow place holds nothing to end.
-            Some(Ticket {
-                grant: Grant::Shadow { .. },
-                ..
-            }) => Ok(false),
-            None => Ok(false),
-        };
-        match outcome {
-            Ok(ended) => {
-                let mut resp = json(StatusCode::OK, &serde_json::json!({"ended": ended}), None);
-                push_cookie(resp.headers_mut(), self.tickets.expired_cookie(&room));
-                resp
-            }
-            Err(e) => {
-                tracing::warn!(room = %room.config.id, error = %e, "session end not recorded");
-                pages::store_unavailable(&room, &pages::Reply::for_room(&room, headers))
-            }
+            resp
+        }
+        Err(e) => {
+            tracing::warn!(room = %room.config.id, error = %e, "session end not recorded");
+            pages::store_unavailable(&room, &pages::Reply::for_room(&room, headers))
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use http::{HeaderMap, HeaderName};
 
-use super::{Ctx, Gate, Room};
+use super::{Admission, Ctx, Room};
 use crate::clock::Millis;
 use crate::domain::digest64;
 use crate::store::StoreError;
@@ -40,11 +40,11 @@ impl Room {
     }
 }
 
-impl Gate {
+impl Admission {
     /// The lane a newcomer enters (0: the general queue): by the code it
     /// brings, else by its verified token's `lane` claim; and the
     /// single-use code it spent to enter, if any (given back if the
-    /// arrival gets no place: `Gate::give_back`).
+    /// arrival gets no place: `Admission::give_back`).
     pub(super) async fn lane_entry(
         &self,
         room: &Room,

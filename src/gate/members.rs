@@ -12,7 +12,7 @@ use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
-use super::{Ctx, Gate, Room};
+use super::{Admission, Ctx, Room};
 use crate::domain::VisitorId;
 use crate::enqueue::{self, TokenError};
 use crate::store::StoreError;
@@ -48,7 +48,7 @@ pub(super) enum Entry {
         claim: Option<String>,
         unseen: bool,
         /// The token's `jti`, if this arrival is its first use (given
-        /// back if it gets no place: `Gate::give_back`); `None` for a copy
+        /// back if it gets no place: `Admission::give_back`); `None` for a copy
         /// folded within `JTI_FOLD_MS`.
         jti: Option<u64>,
     },
@@ -89,7 +89,7 @@ pub(super) fn presented<'r>(
 
 use crate::domain::digest64 as hash64;
 
-impl Gate {
+impl Admission {
     /// What the newcomer's token (or its absence) means for its entry.
     pub(super) async fn enqueue_entry(
         &self,
@@ -135,7 +135,7 @@ impl Gate {
         }
         let until = claims.exp.saturating_mul(1000);
         // A token passed round is a shared ticket: its networks count
-        // with those of the member's session (`Gate::moved_network`).
+        // with those of the member's session (`Admission::moved_network`).
         let max = self.tickets.max_networks;
         if max > 0 {
             let set = format!("nets:{}", visitor.to_hex());

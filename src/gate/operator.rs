@@ -1,12 +1,17 @@
-//! What operators (and the origin, on their behalf) change: a room's
-//! runtime settings, sold out, a visitor's session or place ended, a room
-//! emptied. The admin API and the gate call these; each records the change
-//! in the store for every instance and applies it here at once.
+//! The operator's role: what operators (and the origin, on their behalf)
+//! change — a room's runtime settings, sold out, a visitor's session or
+//! place ended, a room emptied — and, in `upkeep`, what runs off the
+//! request path. The admin API and the gate call these; each records the
+//! change in the store for every instance and applies it here at once.
 
-use super::{Gate, Room};
-use crate::clock::Millis;
+use std::sync::Arc;
+
+use super::guard::StoreGuard;
+use super::Room;
+use crate::clock::{Millis, SharedClock};
 use crate::domain::{EventSpec, RoomOverrides, VisitorId};
 use crate::store::StoreError;
+use crate::telemetry::Telemetry;
 
 /// Why a runtime change was not made.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +22,16 @@ pub enum AmendError {
     Store(#[from] StoreError),
 }
 
-impl Gate {
+/// Works on the rooms through the store guard, for operators, the origin's
+/// commands and upkeep. Cheap to clone: every field is shared.
+#[derive(Clone)]
+pub struct Operator {
+    pub(super) store: Arc<StoreGuard>,
+    pub(super) clock: SharedClock,
+    pub(super) telemetry: Arc<Telemetry>,
+}
+
+impl Operator {
     /// The origin said the room is sold out: `closed`, stored for every
     /// instance (the operator reopens it through the admin API).
     pub(super) async fn sold_out(&self, room: &Room) {

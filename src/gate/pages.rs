@@ -18,8 +18,12 @@ use crate::proxy::OriginError;
 use crate::queue_page::{Msg, QueueView, Status, Template, VisitorState};
 use crate::respond::{html, json, language, message, push_cookie, retry_after};
 
+use super::intake::Intake;
 use super::limits::retry_after_secs;
 use super::rooms::Room;
+use super::{proof, status};
+use crate::respond::{bad_request, method_not_allowed, not_found};
+use crate::store::QueuePlace;
 
 /// How one request is answered: JSON when an app asks for it and the room
 /// offers it, else a page in the visitor's language, chosen at most once.
@@ -57,6 +61,99 @@ impl<'h> Reply<'h> {
     }
 }
 
+/// Renders what the gate decided to show (the page, or JSON for apps
+/// that ask for it), for a request with these headers.
+/// The status is [`Shown::status`]'s: decision mode tells a proxy
+/// the status of a page it does not render.
+pub(super) fn show(
+    intake: &Intake,
+    room: Option<&Room>,
+    shown: &Shown,
+    headers: &HeaderMap,
+    now: Millis,
+) -> Response<Body> {
+    let mut resp = render(intake, room, shown, headers, now);
+    *resp.status_mut() = shown.status(room);
+    resp
+}
+
+fn render(
+    intake: &Intake,
+    room: Option<&Room>,
+    shown: &Shown,
+    headers: &HeaderMap,
+    now: Millis,
+) -> Response<Body> {
+    let Some(room) = room else {
+        let lang = Reply::roomless(headers).lang();
+        return match shown {
+            Shown::Refused { host: true } => bad_request(Msg::BadHost, lang),
+            Shown::Refused { host: false } => bad_request(Msg::BadAddress, lang),
+            Shown::NotAllowed => method_not_allowed(lang),
+            _ => not_found(lang),
+        };
+    };
+    let reply = Reply::for_room(room, headers);
+    match shown {
+        Shown::Queue {
+            seq,
+            position,
+            queue_length,
+            lane,
+            cookie,
+        } => {
+            let place = QueuePlace {
+                seq: *seq,
+                position: *position,
+                queue_length: *queue_length,
+            };
+            let status = status::queued(room, now, place, *lane);
+            let in_force = room.in_force(now);
+            let template = in_force
+                .event
+                .as_ref()
+                .and_then(|e| e.template.as_ref())
+                .unwrap_or(&room.template);
+            queue(
+                room,
+                template,
+                &status,
+                &reply,
+                intake.status_url(&room.config.id),
+                now,
+                Some(cookie.clone()),
+            )
+        }
+        Shown::Challenge {
+            text,
+            bits,
+            expires_ms,
+        } => {
+            let asked = proof::Challenge {
+                text: text.clone(),
+                bits: *bits,
+                expires_ms: *expires_ms,
+            };
+            let status = status::challenge(room, &asked, now);
+            challenge(room, &status, &asked, &reply)
+        }
+        Shown::CaptchaBusy { ms } => captcha_busy(Duration::from_millis(*ms), &reply),
+        Shown::TokenRefused { missing } => token_refused(*missing, &reply),
+        Shown::Clean { to, cookie, .. } => clean(to, cookie.clone()),
+        Shown::Captcha => {
+            let status = status::captcha(room, now);
+            captcha(room, &status, &reply)
+        }
+        Shown::Rejected { reason } => rejected(room, *reason, &reply),
+        Shown::SlowDown { ms } => slow_down(Duration::from_millis(*ms), &reply),
+        Shown::TooManyArrivals { ms } => too_many_arrivals(Duration::from_millis(*ms), &reply),
+        Shown::Unavailable | Shown::Shed => store_unavailable(room, &reply),
+        Shown::Refused { .. } | Shown::NotFound | Shown::NotAllowed => {
+            render(intake, None, shown, headers, now)
+        }
+    }
+}
+
 /// Whether the request asks for JSON.
 pub fn wants_json(headers: &HeaderMap) -> bool {
     headers
@@ -67,7 +164,7 @@ pub fn wants_json(headers: &HeaderMap) -> bool {
 }
 
 /// What the gate shows a visitor it does not let in, decided once and
-/// rendered by [`super::Gate::show`]: at once, or, in decision mode, by
+/// rendered by [`show`]: at once, or, in decision mode, by
 /// `{reserved_prefix}page` after the proxy hands it back sealed.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "k", rename_all = "snake_case")]

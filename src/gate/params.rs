@@ -10,9 +10,9 @@
 use http::{HeaderMap, Method};
 
 use super::pages::{Reply, Shown};
-use super::{Answer, Ctx, Gate, Room};
+use super::{Admission, Answer, Ctx, Room};
 
-impl Gate {
+impl Admission {
     /// `decision` for a request of `room`, or the redirect to its address
     /// without the daemon's parameters where it lets in or queues a
     /// browser that brought some.

@@ -110,7 +110,7 @@ pub fn network_mark(key: u64, net: u64) -> u64 {
     u64::from_be_bytes(first)
 }
 
-impl super::Gate {
+impl super::Admission {
     /// Notes single-use `key` in the room's set `set` until `until`, with
     /// the request's network: whose it is.
     pub(super) async fn claim(

@@ -12,7 +12,7 @@
 
 use http::HeaderMap;
 
-use super::{Ctx, Decision, Gate, Room};
+use super::{Admission, Ctx, Decision, Room};
 use crate::clock::Millis;
 use crate::config::FailedChallenge;
 use crate::domain::VisitorId;
@@ -21,7 +21,7 @@ use crate::store::QueuePlace;
 /// Longest bot score header value read.
 const MAX_SCORE_LEN: usize = 8;
 
-impl Gate {
+impl Admission {
     /// Whether a newcomer to a queueing room has a bot score, from a
     /// trusted proxy, below the room's minimum. A score that is missing,
     /// sent more than once, or not a number says nothing; so does any

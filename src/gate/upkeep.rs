@@ -2,29 +2,23 @@
 //! published (ETA rate, metrics, dashboard history), the operators'
 //! runtime changes applied, events started when due, idle limiter
 //! entries forgotten and orphaned decisions released. The daemon runs
-//! [`Gate::refresh_room_figures`] and [`Gate::refresh_overrides`] on a
-//! timer (`server`); a poll or an arrival starts a due event itself.
+//! [`super::Gate::refresh_room_figures`] and
+//! [`Operator::refresh_overrides`] on a timer (`server`); a poll or an
+//! arrival starts a due event itself ([`start_due_event`]).
 
-use super::{Gate, Room};
+use super::guard::StoreGuard;
+use super::operator::Operator;
+use super::{Room, Rooms};
 use crate::clock::Millis;
 
-impl Gate {
+impl Operator {
     /// Reads every room's live figures: folds them into its ETA rate and
-    /// publishes them as metrics and dashboard history. Also the gate's
-    /// upkeep: forgets idle limiter entries, releases orphaned decisions.
-    pub async fn refresh_room_figures(&self) {
-        if self.limits.sweep_due() {
-            for room in self.rooms.all() {
-                room.poll_limit.forget_idle();
-                room.member_limit.forget_idle();
-            }
-            self.limits.forget_idle();
-        }
-        self.store
-            .upkeep(self.rooms.all(), self.clock.now_ms())
-            .await;
+    /// publishes them as metrics and dashboard history. Also the store's
+    /// upkeep: releases orphaned decisions.
+    pub async fn refresh_room_figures(&self, rooms: &Rooms) {
+        self.store.upkeep(rooms.all(), self.clock.now_ms()).await;
         self.store.release_orphans().await;
-        for room in self.rooms.all() {
+        for room in rooms.all() {
             let now = self.clock.now_ms();
             let stats = match self.store.stats(room, now).await {
                 Ok(stats) => stats,
@@ -68,9 +62,9 @@ impl Gate {
 
     /// Reads the operators' runtime changes for every room and applies
     /// them; starts events that are due.
-    pub async fn refresh_overrides(&self) {
-        for room in self.rooms.all() {
-            self.start_due_event(room, self.clock.now_ms()).await;
+    pub async fn refresh_overrides(&self, rooms: &Rooms) {
+        for room in rooms.all() {
+            start_due_event(&self.store, room, self.clock.now_ms()).await;
             match self.store.overrides(&room.config.id).await {
                 Ok(o) => {
                     room.apply_overrides(o.as_ref());
@@ -83,38 +77,38 @@ impl Gate {
     }
 
     /// Whether the store answers within its timeout.
-    pub async fn store_ready(&self) -> bool {
-        match self.rooms.all().first() {
+    pub async fn store_ready(&self, rooms: &Rooms) -> bool {
+        match rooms.all().first() {
             Some(room) => self.store.stats(room, self.clock.now_ms()).await.is_ok(),
             None => true,
         }
     }
+}
 
-    /// Asks the store to start the room's event when it is due and this
-    /// instance has not seen it started (the prequeue's shuffle). Until
-    /// then nobody is admitted here.
-    pub(super) async fn start_due_event(&self, room: &Room, now: Millis) {
-        let in_force = room.in_force(now);
-        let Some(event) = in_force.event_to_start() else {
-            return;
-        };
-        let start = crate::store::EventStart::of(&event.spec, rand::random());
-        let outcome = self.store.start_event(room, &start, now).await;
-        match &outcome {
-            Ok(shuffled) => tracing::info!(
-                room = %room.config.id,
-                event = %event.spec.name,
-                shuffled,
-                "event started"
-            ),
-            Err(e) => tracing::warn!(
-                room = %room.config.id,
-                event = %event.spec.name,
-                error = %e,
-                "event not started yet; trying again"
-            ),
-        }
-        event.finish_start(outcome.is_ok());
-        room.refresh(now);
+/// Asks the store to start the room's event when it is due and this
+/// instance has not seen it started (the prequeue's shuffle). Until
+/// then nobody is admitted here.
+pub(super) async fn start_due_event(store: &StoreGuard, room: &Room, now: Millis) {
+    let in_force = room.in_force(now);
+    let Some(event) = in_force.event_to_start() else {
+        return;
+    };
+    let start = crate::store::EventStart::of(&event.spec, rand::random());
+    let outcome = store.start_event(room, &start, now).await;
+    match &outcome {
+        Ok(shuffled) => tracing::info!(
+            room = %room.config.id,
+            event = %event.spec.name,
+            shuffled,
+            "event started"
+        ),
+        Err(e) => tracing::warn!(
+            room = %room.config.id,
+            event = %event.spec.name,
+            error = %e,
+            "event not started yet; trying again"
+        ),
     }
+    event.finish_start(outcome.is_ok());
+    room.refresh(now);
 }

@@ -1,0 +1,192 @@
+//! The forwarding role: what an admitted (or bypassing, or unmatched)
+//! request gets from the origin, through the proxy's pools; the tunnel a
+//! WebSocket upgrade becomes, ended with its session; and the origin's
+//! commands (`X-Waitroom-Command: close`, `revoke`) carried out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use super::operator::Operator;
+use super::tickets::Tickets;
+use super::{pages, Admitted, Ctx, Room};
+use crate::body::Body;
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::domain::VisitorId;
+use crate::proxy::{self, Outbound, Proxy};
+use crate::respond::push_cookie;
+
+/// The origin, and what comes back from it.
+pub(super) struct Forwarding {
+    proxy: Proxy,
+    /// Re-issues and expires admitted visitors' cookies.
+    tickets: Arc<Tickets>,
+    /// Carries out the origin's commands; checks tunnels' sessions in.
+    operator: Operator,
+    /// Pass WebSocket upgrades of requests no room matches.
+    pub(super) unmatched_upgrades: bool,
+    /// How long a tunnel may carry nothing.
+    tunnel_idle_timeout: Duration,
+}
+
+impl Forwarding {
+    pub(super) fn new(
+        config: &Config,
+        tickets: Arc<Tickets>,
+        operator: Operator,
+    ) -> Result<Self, proxy::OriginError> {
+        let s = &config.server;
+        Ok(Self {
+            proxy: Proxy::new(
+                &config.origin,
+                s.workers(),
+                proxy::upload::Allowance {
+                    timeout: s.request_body_timeout,
+                    min_rate: s.request_body_min_rate,
+                },
+            )?,
+            tickets,
+            operator,
+            unmatched_upgrades: s.unmatched_upgrades,
+            tunnel_idle_timeout: s.tunnel_idle_timeout,
+        })
+    }
+
+    /// The origin signature naming `visitor` of room `room` (decision mode
+    /// hands it to the proxy), when the origin asks for one.
+    pub(super) fn signature(
+        &self,
+        visitor: &VisitorId,
+        room: &str,
+        now: Millis,
+    ) -> Option<HeaderValue> {
+        self.proxy.signature(visitor, room, now)
+    }
+
+    /// Forwards to the origin; for an admitted visitor names it to the
+    /// origin, re-issues its cookie and carries out the origin's
+    /// `X-Waitroom-Command` (`close` on any request of the room). A
+    /// WebSocket upgrade passes for an admitted visitor (the tunnel ends
+    /// with the session) and, when `upgrades` says so, for the others.
+    pub(super) async fn forward(
+        &self,
+        req: Request<Incoming>,
+        ctx: &Ctx<'_>,
+        room: Option<&Arc<Room>>,
+        admitted: Option<Admitted>,
+        upgrades: bool,
+    ) -> Response<Body> {
+        // Only a request that asks for a WebSocket gets what a tunnel needs
+        // (its session's watch is a registration per tunnel).
+        let websocket = proxy::tunnel::asks_websocket(req.headers());
+        let tunnel = match (&admitted, room) {
+            _ if !websocket => None,
+            (Some(a), Some(room)) => Some(Box::new(proxy::tunnel::Tunnel {
+                place: ctx.conn.place.clone(),
+                ended: Some(self.session_end(room, a.visitor, a.session_expires_ms)),
+                idle_timeout: self.tunnel_idle_timeout,
+            })),
+            _ => upgrades.then(|| {
+                Box::new(proxy::tunnel::Tunnel {
+                    place: ctx.conn.place.clone(),
+                    ended: None,
+                    idle_timeout: self.tunnel_idle_timeout,
+                })
+            }),
+        };
+        let out = Outbound {
+            peer_text: &ctx.conn.peer_text,
+            peer_trusted: ctx.peer_trusted,
+            canonical: &ctx.canonical,
+            visitor: admitted.as_ref().map(|a| a.visitor),
+            room: room.map(|r| r.config.id.as_str()),
+            now_ms: ctx.now,
+            worker: ctx.conn.worker,
+            tls: ctx.conn.tls,
+            tunnel,
+        };
+        // Kept (not parsed) for the page should the origin fail.
+        let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();
+        let started = Instant::now();
+        let forwarded = self.proxy.forward(req, out).await;
+        self.operator
+            .telemetry
+            .metrics
+            .origin_latency(started.elapsed().as_secs_f64());
+        let (mut resp, command) = match forwarded {
+            Ok(forwarded) => forwarded,
+            Err(e) => {
+                tracing::warn!(error = %e, "origin request failed");
+                return pages::origin_error(&e, room.map(|r| &**r), accept_language.as_ref());
+            }
+        };
+        let Some(room) = room else {
+            return resp;
+        };
+        let command = command.as_ref().map(|c| c.as_bytes());
+        if command.is_some_and(|c| c.eq_ignore_ascii_case(b"close")) {
+            self.operator.sold_out(room).await;
+        }
+        let Some(Admitted {
+            visitor,
+            session_expires_ms,
+            ticket,
+        }) = admitted
+        else {
+            return resp;
+        };
+        if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
+            let ended = self
+                .operator
+                .end_session(room, visitor, session_expires_ms, ctx.now);
+            if let Err(e) = ended.await {
+                tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded")
+            }
+            push_cookie(resp.headers_mut(), self.tickets.expired_cookie(room));
+        } else if let Some(ticket) = ticket {
+            push_cookie(
+                resp.headers_mut(),
+                self.tickets.set_cookie(room, &ticket, ctx.now),
+            );
+        }
+        resp
+    }
+
+    /// What ends a tunnel opened by `visitor`'s session: the session ended
+    /// here, or refused at a check-in (ended elsewhere, or expired). The
+    /// tunnel checks in like a request would, once per check-in interval
+    /// of the policy in force, so an open WebSocket keeps its session.
+    fn session_end(
+        &self,
+        room: &Arc<Room>,
+        visitor: VisitorId,
+        expires: Millis,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let (room, store) = (room.clone(), self.operator.store.clone());
+        let clock = self.operator.clock.clone();
+        let mut watch = room.tunnels.watch(visitor);
+        Box::pin(async move {
+            let mut expires = expires;
+            loop {
+                let every = Duration::from_millis(room.policy().check_in_interval_ms());
+                tokio::select! {
+                    () = watch.ended() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                match store
+                    .check_in(&room, visitor, expires, clock.now_ms())
+                    .await
+                {
+                    Ok(Some(renewed)) => expires = renewed,
+                    Ok(None) => return,
+                    // Unknown for now: asked again at the next interval.
+                    Err(_) => {}
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,84 @@
+//! The status JSON every queue page polls and every page embeds: where a
+//! visitor stands, what it waits for and how long that should take.
+
+use super::{proof, Room};
+use crate::clock::Millis;
+use crate::queue_page::{self, Status, VisitorState};
+use crate::store::QueuePlace;
+
+/// The status of a visitor in `state` at `now` (queued: at `place`).
+pub(super) fn of(
+    room: &Room,
+    now: Millis,
+    state: VisitorState,
+    place: Option<QueuePlace>,
+) -> Status {
+    let (mut position, queue_length) = place.map_or((0, 0), |p| (p.position, p.queue_length));
+    let in_force = room.in_force(now);
+    let event = in_force.event.as_ref().map(|e| &e.spec);
+    let mut state = state;
+    let mut starts_in_seconds = None;
+    let mut eta_seconds =
+        room.rate
+            .eta_seconds(position, &in_force.policy, room.config.refresh_interval);
+    if let (true, Some(e), VisitorState::Queued) = (in_force.before_start(), event, state) {
+        state = VisitorState::Prequeue;
+        let starts_in = e.start_ms.saturating_sub(now).div_ceil(1000);
+        starts_in_seconds = Some(starts_in);
+        if e.shuffle_at_start {
+            // Places are drawn at the start: no position to show yet.
+            position = 0;
+            eta_seconds = starts_in;
+        } else {
+            eta_seconds += starts_in;
+        }
+    }
+    Status {
+        room: room.config.id.clone(),
+        state,
+        position,
+        queue_length,
+        eta_seconds,
+        refresh_seconds: room.config.refresh_interval.as_secs().max(1),
+        event: event.map(queue_page::EventInfo::of),
+        starts_in_seconds,
+        challenge: None,
+        captcha: None,
+        lane: None,
+    }
+}
+
+/// The status of a visitor queued at `place` in lane `lane`: its
+/// position counts that lane, and its wait is estimated at the lane's
+/// share of the admissions (an upper bound while the other lanes wait).
+pub(super) fn queued(room: &Room, now: Millis, place: QueuePlace, lane: u8) -> Status {
+    let mut status = of(room, now, VisitorState::Queued, Some(place));
+    let policy = room.policy_at(now);
+    let share = u64::from(policy.lanes.shares[usize::from(lane).min(crate::store::MAX_LANES)]);
+    if policy.lanes.any() && share > 0 && status.state == VisitorState::Queued {
+        let as_if = status.position.saturating_mul(1000) / share;
+        status.eta_seconds = room
+            .rate
+            .eta_seconds(as_if, &policy, room.config.refresh_interval);
+    }
+    status.lane = room.lane_name(lane).map(str::to_owned);
+    status
+}
+
+/// The status JSON of a visitor who must first solve `challenge`.
+pub(super) fn challenge(room: &Room, challenge: &proof::Challenge, now: Millis) -> Status {
+    let mut status = of(room, now, VisitorState::Challenge, None);
+    status.challenge = Some(queue_page::ChallengeInfo::of(challenge, now));
+    status
+}
+
+/// The status JSON of a visitor who must first pass the room's captcha.
+pub(super) fn captcha(room: &Room, now: Millis) -> Status {
+    let mut status = of(room, now, VisitorState::Challenge, None);
+    status.captcha = room
+        .config
+        .captcha
+        .as_ref()
+        .map(|c| queue_page::CaptchaInfo::of(c.kind.name(), &c.site_key));
+    status
+}
