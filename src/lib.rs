@@ -44,7 +44,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
+mod admin;
 pub mod body;
 pub mod canonical;
 pub mod clock;
@@ -57,9 +57,9 @@ pub mod i18n;
 pub mod proxy;
 pub mod queue_page;
 pub mod region;
-pub mod respond;
+mod respond;
 pub mod secret;
-pub mod server;
+mod server;
 pub mod simulate;
 pub mod store;
 pub mod telemetry;

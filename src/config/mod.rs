@@ -5,7 +5,7 @@
 //! [`Config`]; `check` validates every value and `keypath` names the key
 //! and line of every problem, before any socket is bound.
 
-pub mod bounds;
+pub(crate) mod bounds;
 mod check;
 mod error;
 mod keypath;

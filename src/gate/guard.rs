@@ -522,7 +522,7 @@ impl StoreGuard {
         }
     }
 
-    /// The store every instance shares, unguarded (tests, reloads).
+    /// The store every instance shares, unguarded (a reload keeps it).
     pub fn shared(&self) -> &SharedStore {
         &self.shared
     }

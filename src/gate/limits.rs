@@ -136,12 +136,9 @@ impl AddressLimit {
     }
 
     /// Addresses currently remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.limiter.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -354,7 +351,7 @@ mod tests {
             assert!(limits.sweep_due(), "round {round}: due");
             assert!(!limits.sweep_due(), "claimed once");
             limits.forget_idle();
-            assert!(limits.arrivals.is_empty(), "round {round}: swept");
+            assert!(limits.arrivals.len() == 0, "round {round}: swept");
         }
     }
 }

@@ -39,28 +39,28 @@
 //! is forwarded, and the status JSON); `schedule` and `eta` are what the
 //! phases consult, `access` the access log's marks.
 
-pub mod access;
+pub(crate) mod access;
 mod admission;
-pub mod captcha;
+pub(crate) mod captcha;
 mod decide;
-pub mod eta;
+pub(crate) mod eta;
 mod forward;
-pub mod guard;
+pub(crate) mod guard;
 mod intake;
-pub mod lag;
-pub mod lanes;
-pub mod limits;
-pub mod members;
-pub mod operator;
+pub(crate) mod lag;
+pub(crate) mod lanes;
+pub(crate) mod limits;
+pub(crate) mod members;
+pub(crate) mod operator;
 mod own;
-pub mod pages;
+pub(crate) mod pages;
 mod params;
 pub mod proof;
-pub mod rooms;
-pub mod schedule;
+pub(crate) mod rooms;
+pub(crate) mod schedule;
 mod shadow;
 mod status;
-pub mod tickets;
+pub(crate) mod tickets;
 mod upkeep;
 
 use std::sync::Arc;

@@ -4,10 +4,10 @@
 //! (`tunnel`) and origin time limits.
 
 pub mod headers;
-pub mod pool;
+pub(crate) mod pool;
 pub mod sign;
-pub mod tunnel;
-pub mod upload;
+pub(crate) mod tunnel;
+pub(crate) mod upload;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -481,10 +481,6 @@ impl<T> SendTimeout<T> {
         }
     }
 
-    pub fn get_ref(&self) -> &T {
-        &self.io
-    }
-
     /// `polled`, unless it has waited for `timeout`.
     fn watch<R>(
         &mut self,

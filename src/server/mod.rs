@@ -3,11 +3,11 @@
 //! the https redirect (`redirect`), background refresh of room figures,
 //! reloads (rooms and certificates), and graceful drain on shutdown.
 
-pub mod conn;
-pub mod redirect;
-pub mod serve;
-pub mod streams;
-pub mod worker;
+pub(crate) mod conn;
+pub(crate) mod redirect;
+pub(crate) mod serve;
+pub(crate) mod streams;
+pub(crate) mod worker;
 
 use std::future::Future;
 use std::net::SocketAddr;

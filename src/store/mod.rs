@@ -43,6 +43,9 @@
 //!   [`Verdict::Ended`] and its holder is a newcomer at the back.
 
 pub mod memory;
+/// The reference model the conformance suite checks every store against:
+/// a test hook, not in a release build.
+#[cfg(any(test, feature = "testing"))]
 pub mod model;
 pub mod redis;
 

@@ -5,9 +5,9 @@
 //! admin listener reads it; it depends on neither.
 
 pub mod exposition;
-pub mod history;
-pub mod metrics;
-pub mod wait;
+pub(crate) mod history;
+pub(crate) mod metrics;
+pub(crate) mod wait;
 
 use std::sync::atomic::AtomicBool;
 

@@ -97,7 +97,8 @@ impl MemoryStore {
 
     /// Drops a visitor's queue entry without remembering it, as a store
     /// that lost its data would: the conformance suite's way to prove that
-    /// tickets put lost entries back (I5). Not used by the daemon.
+    /// tickets put lost entries back (I5). A test hook: not in a release build.
+    #[cfg(any(test, feature = "testing"))]
     pub fn lose_queue_entry(&self, room: &RoomPolicy, visitor: VisitorId) -> bool {
         self.with_room(room, |r| match r.find(&visitor) {
             Some((lane, node)) => {
@@ -109,7 +110,9 @@ impl MemoryStore {
     }
 
     /// Forgets the room's whole state, as a store that lost its data would
-    /// (the property tests' loss; overrides are kept apart and stay).
+    /// (the property tests' loss; overrides are kept apart and stay). A
+    /// test hook: not in a release build.
+    #[cfg(any(test, feature = "testing"))]
     pub fn forget_room(&self, room: &RoomPolicy) {
         self.with_room(room, |r| *r = Room::new());
     }

@@ -40,10 +40,10 @@ mod conn;
 mod drain;
 mod ends;
 mod follow;
-pub mod frontier;
+pub(crate) mod frontier;
 mod library;
 mod poll;
-pub mod region;
+pub(crate) mod region;
 mod server;
 mod wire;
 
