@@ -43,6 +43,7 @@
 //! * [`body`]: the body type shared by every response.
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod admin;
 pub mod body;

@@ -11,7 +11,7 @@ use crate::body::{full, Body};
 use crate::i18n::Chosen;
 use crate::queue_page::{self, Msg};
 
-pub fn html(status: StatusCode, page: String) -> Response<Body> {
+pub(crate) fn html(status: StatusCode, page: String) -> Response<Body> {
     let mut resp = Response::new(full(page));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
@@ -29,7 +29,7 @@ pub fn html(status: StatusCode, page: String) -> Response<Body> {
     resp
 }
 
-pub fn json<T: serde::Serialize>(
+pub(crate) fn json<T: serde::Serialize>(
     status: StatusCode,
     value: &T,
     cookie: Option<String>,
@@ -49,7 +49,7 @@ pub fn json<T: serde::Serialize>(
     resp
 }
 
-pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -62,7 +62,7 @@ pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
 /// The daemon's message page (not found, sold out, slow down, …) in the
 /// chosen language, which reloads itself after `refresh_seconds` when that
 /// is not 0.
-pub fn message(
+pub(crate) fn message(
     status: StatusCode,
     msg: Msg,
     chosen: Chosen,
@@ -81,7 +81,7 @@ pub fn message(
 
 /// Names a page's language, and says the answer depends on
 /// `Accept-Language` when that chose it.
-pub fn language(resp: &mut Response<Body>, chosen: Chosen) {
+pub(crate) fn language(resp: &mut Response<Body>, chosen: Chosen) {
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_LANGUAGE,
@@ -93,13 +93,13 @@ pub fn language(resp: &mut Response<Body>, chosen: Chosen) {
 }
 
 /// 404 for what the daemon does not serve.
-pub fn not_found(chosen: Chosen) -> Response<Body> {
+pub(crate) fn not_found(chosen: Chosen) -> Response<Body> {
     message(StatusCode::NOT_FOUND, Msg::NotFound, chosen, 0)
 }
 
 /// 405 for a method the daemon never forwards (`CONNECT`), naming those
 /// it does.
-pub fn method_not_allowed(chosen: Chosen) -> Response<Body> {
+pub(crate) fn method_not_allowed(chosen: Chosen) -> Response<Body> {
     let mut resp = message(StatusCode::METHOD_NOT_ALLOWED, Msg::BadAddress, chosen, 0);
     resp.headers_mut().insert(
         header::ALLOW,
@@ -110,19 +110,19 @@ pub fn method_not_allowed(chosen: Chosen) -> Response<Body> {
 
 /// 400 for a request that cannot be handled safely. The reason is one of a
 /// few fixed sentences, never the request's own bytes.
-pub fn bad_request(reason: Msg, chosen: Chosen) -> Response<Body> {
+pub(crate) fn bad_request(reason: Msg, chosen: Chosen) -> Response<Body> {
     let mut resp = message(StatusCode::BAD_REQUEST, reason, chosen, 0);
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
 }
 
-pub fn retry_after(resp: &mut Response<Body>, seconds: u64) {
+pub(crate) fn retry_after(resp: &mut Response<Body>, seconds: u64) {
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
 }
 
-pub fn push_cookie(headers: &mut HeaderMap, cookie: String) {
+pub(crate) fn push_cookie(headers: &mut HeaderMap, cookie: String) {
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         headers.append(header::SET_COOKIE, v);
     }

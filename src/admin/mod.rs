@@ -35,7 +35,7 @@ use crate::respond::{html, json, text};
 use crate::store::StoreError;
 use crate::telemetry::exposition::Format;
 
-pub use crate::telemetry::Telemetry;
+pub(crate) use crate::telemetry::Telemetry;
 
 /// The built-in dashboard.
 const DASHBOARD: &str = include_str!("../../static/dashboard.html");
@@ -43,11 +43,11 @@ const DASHBOARD: &str = include_str!("../../static/dashboard.html");
 const MAX_BODY: usize = 64 * 1024;
 
 /// Reloads the configuration (from its file); the error is the validation message.
-pub type Reloader =
+pub(crate) type Reloader =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// Everything the admin listener needs.
-pub struct Admin {
+pub(crate) struct Admin {
     pub gates: SharedGate,
     pub telemetry: Arc<Telemetry>,
     pub token: Option<Secret>,
@@ -100,7 +100,7 @@ impl AdminError {
 }
 
 impl Admin {
-    pub async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    pub(crate) async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
         match self.route(req).await {
             Ok(resp) => resp,
             Err(e) => {

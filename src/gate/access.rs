@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 /// The room and outcome of one request.
 #[derive(Clone, Debug)]
-pub struct Mark {
+pub(crate) struct Mark {
     pub room: Option<String>,
     /// `admitted`, `queued`, `bypass`, `unmatched`, `fail_open`, … (`docs/operating.md`).
     pub outcome: &'static str,
@@ -19,7 +19,7 @@ const MAX_ID_LEN: usize = 64;
 
 /// The request's id: a trusted proxy's `X-Request-Id` when it is short
 /// visible ASCII, else a fresh random one.
-pub fn request_id(headers: &HeaderMap, peer_trusted: bool) -> String {
+pub(crate) fn request_id(headers: &HeaderMap, peer_trusted: bool) -> String {
     let given = peer_trusted
         .then(|| headers.get("x-request-id"))
         .flatten()

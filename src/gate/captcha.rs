@@ -45,8 +45,8 @@ use crate::proxy::headers;
 use crate::store::StoreError;
 
 /// The header apps hand a token back in.
-pub const X_WAITROOM_CAPTCHA: HeaderName = HeaderName::from_static("x-waitroom-captcha");
-pub use crate::queue_page::CAPTCHA_COOKIE;
+pub(crate) const X_WAITROOM_CAPTCHA: HeaderName = HeaderName::from_static("x-waitroom-captcha");
+pub(crate) use crate::queue_page::CAPTCHA_COOKIE;
 /// Longer tokens are refused unread (Turnstile's are about 2 KB).
 const MAX_TOKEN_LEN: usize = 4096;
 /// Most of a verifier's answer read.
@@ -56,7 +56,7 @@ const MAX_ANSWER_LEN: usize = 64 * 1024;
 const TOKEN_TTL_MS: Millis = 300_000;
 /// How soon a newcomer who found every verification slot taken is asked
 /// to hand its token in again.
-pub const BUSY_RETRY: Duration = Duration::from_secs(2);
+pub(crate) const BUSY_RETRY: Duration = Duration::from_secs(2);
 /// The recent verifications `open` looks at: the last outcome of each
 /// network (`ticket::network_of`) in the last [`WINDOW_MS`], of at least
 /// [`WINDOW_MIN`] networks, at most [`WINDOW_NETS`] of them.
@@ -68,7 +68,7 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// Why a token got no verdict: the verifier did not answer.
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("request: {0}")]
@@ -79,7 +79,7 @@ pub enum VerifyError {
 
 /// What the verifier answered about a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Taken: the token holds.
     Taken,
     /// Refused: the token does not hold.
@@ -95,7 +95,7 @@ pub enum Answer {
 
 /// The client that asks the providers' verifiers (HTTPS with the system's
 /// CA certificates, or HTTP), and each captcha room's bound and record.
-pub struct Verifier {
+pub(crate) struct Verifier {
     client: Client<Https, Full<Bytes>>,
     /// By room id.
     rooms: HashMap<String, Checks>,
@@ -114,14 +114,14 @@ struct Checks {
 /// make the verifier look down to `open`; at worst, crowding the record,
 /// it keeps `open` shut.
 #[derive(Default)]
-pub struct Recent {
+pub(crate) struct Recent {
     by_net: HashMap<u64, (Millis, bool)>,
 }
 
 impl Recent {
     /// Records a verification at `now` for network `net` that got an
     /// answer or (`unanswered`) none.
-    pub fn record(&mut self, now: Millis, net: u64, unanswered: bool) {
+    pub(crate) fn record(&mut self, now: Millis, net: u64, unanswered: bool) {
         if self.by_net.len() >= WINDOW_NETS && !self.by_net.contains_key(&net) {
             self.by_net
                 .retain(|_, (at, _)| at.saturating_add(WINDOW_MS) > now);
@@ -135,7 +135,7 @@ impl Recent {
     /// Whether the verifier is down for most visitors: of the networks
     /// verified in the last [`WINDOW_MS`] (at least [`WINDOW_MIN`]), more
     /// than half last got no answer.
-    pub fn failing(&self, now: Millis) -> bool {
+    pub(crate) fn failing(&self, now: Millis) -> bool {
         let (total, unanswered) = self
             .by_net
             .values()
@@ -147,7 +147,7 @@ impl Recent {
 
 impl Verifier {
     /// For `rooms` (those with a captcha get their bound).
-    pub fn new(rooms: &[RoomConfig]) -> Self {
+    pub(crate) fn new(rooms: &[RoomConfig]) -> Self {
         let connector = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
             Ok(b) => b.https_or_http().enable_http1().build(),
             Err(e) => {
@@ -182,7 +182,7 @@ impl Verifier {
     }
 
     /// What the provider says of `token` from a visitor at `remote_ip`.
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         captcha: &Captcha,
         token: &str,
@@ -258,7 +258,7 @@ fn read_answer(body: &[u8]) -> Answer {
 
 /// The token a request hands back, if it carries one of a sane size (the
 /// page's cookie holds it percent-encoded).
-pub fn presented(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn presented(headers: &HeaderMap) -> Option<String> {
     if let Some(token) = headers.get(&X_WAITROOM_CAPTCHA) {
         return token
             .to_str()

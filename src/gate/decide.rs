@@ -38,11 +38,11 @@ use super::pages::{self, Shown};
 use super::{Admitted, ConnInfo, Gate, Outcome, Room};
 
 /// The room the decision was about (empty when none matched).
-pub const X_WAITROOM_ROOM: HeaderName = HeaderName::from_static("x-waitroom-room");
+pub(super) const X_WAITROOM_ROOM: HeaderName = HeaderName::from_static("x-waitroom-room");
 /// What to show, sealed, for `{prefix}page`.
-pub const X_WAITROOM_PAGE: HeaderName = HeaderName::from_static("x-waitroom-page");
+pub(super) const X_WAITROOM_PAGE: HeaderName = HeaderName::from_static("x-waitroom-page");
 /// The status the page would have had from the reverse proxy.
-pub const X_WAITROOM_STATUS: HeaderName = HeaderName::from_static("x-waitroom-status");
+pub(super) const X_WAITROOM_STATUS: HeaderName = HeaderName::from_static("x-waitroom-status");
 
 const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");

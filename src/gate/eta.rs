@@ -322,7 +322,7 @@ fn mean_stay(readings: &VecDeque<Reading>, policy: &RoomPolicy) -> (f64, f64) {
 /// What the limits allow per second in steady state: the rate limit, or the
 /// turnover of a full room (one session length per slot), whichever is lower.
 /// Used before the room has been observed at all.
-pub fn configured_rate(policy: &RoomPolicy) -> Option<f64> {
+pub(crate) fn configured_rate(policy: &RoomPolicy) -> Option<f64> {
     let by_rate =
         (policy.new_users_per_minute > 0).then(|| policy.new_users_per_minute as f64 / 60.0);
     let by_capacity = (policy.total_active_users > 0).then(|| {

@@ -16,9 +16,9 @@ use crate::domain::digest64;
 use crate::store::StoreError;
 
 /// The header apps send a lane code in.
-pub const X_WAITROOM_CODE: HeaderName = HeaderName::from_static("x-waitroom-code");
+pub(crate) const X_WAITROOM_CODE: HeaderName = HeaderName::from_static("x-waitroom-code");
 /// The query parameter a link carries a lane code in.
-pub const CODE_PARAM: &str = crate::canonical::OWN_PARAMS[1];
+pub(crate) const CODE_PARAM: &str = crate::canonical::OWN_PARAMS[1];
 
 /// How long a used single-use code is remembered: longer than any sale.
 const USED_CODE_MS: Millis = 366 * 24 * 3_600_000;

@@ -35,7 +35,7 @@ use crate::domain::VisitorId;
 
 /// The gate's clock as governor sees it: time since the Unix epoch.
 #[derive(Clone)]
-pub struct GateClock(pub SharedClock);
+pub(crate) struct GateClock(pub SharedClock);
 
 impl Clock for GateClock {
     type Instant = Duration;
@@ -48,14 +48,14 @@ impl Clock for GateClock {
 type Keyed<K> = RateLimiter<K, DashMapStateStore<K>, GateClock, NoOpMiddleware<Duration>>;
 
 /// Polls a visitor may make at once before being spaced out.
-pub const VISITOR_BURST: u32 = 5;
+pub(crate) const VISITOR_BURST: u32 = 5;
 /// A visitor may poll this many times per refresh interval after its burst.
-pub const VISITOR_POLLS_PER_REFRESH: u32 = 4;
+pub(crate) const VISITOR_POLLS_PER_REFRESH: u32 = 4;
 
 /// Arrivals a member (an enqueue token's `sub`) may make at once.
-pub const MEMBER_BURST: u32 = 4;
+pub(crate) const MEMBER_BURST: u32 = 4;
 /// After its burst, a member may arrive once per this long.
-pub const MEMBER_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const MEMBER_EVERY: Duration = Duration::from_secs(2);
 
 /// One room's per-visitor limiter.
 pub struct VisitorLimit {
@@ -106,13 +106,13 @@ impl VisitorLimit {
 }
 
 /// The per-client-address limiter, shared by every room.
-pub struct AddressLimit {
+pub(crate) struct AddressLimit {
     limiter: Keyed<IpAddr>,
     clock: GateClock,
 }
 
 impl AddressLimit {
-    pub fn new(per_second: u32, burst: u32, clock: SharedClock) -> Self {
+    pub(crate) fn new(per_second: u32, burst: u32, clock: SharedClock) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
         let clock = GateClock(clock);
@@ -124,32 +124,32 @@ impl AddressLimit {
 
     /// `Err(retry_after)` when `ip`'s address (its /64 for IPv6, see
     /// [`crate::canonical::limit_key`]) is over the limit.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Duration> {
         self.limiter
             .check_key(&crate::canonical::limit_key(ip))
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
-    pub fn forget_idle(&self) {
+    pub(crate) fn forget_idle(&self) {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
     }
 
     /// Addresses currently remembered.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.limiter.len()
     }
 }
 
 /// Lane codes an address may have refused at once.
-pub const REFUSED_CODE_BURST: u32 = 5;
+pub(crate) const REFUSED_CODE_BURST: u32 = 5;
 /// After its burst, an address may have one code refused per this long.
-pub const REFUSED_CODE_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const REFUSED_CODE_EVERY: Duration = Duration::from_secs(10);
 
 /// Refused lane codes per client address: an address over its allowance
 /// is blocked from trying codes until the allowance has a cell again.
-pub struct RefusedCodes {
+pub(crate) struct RefusedCodes {
     limiter: Keyed<IpAddr>,
     /// Addresses (limit keys) blocked, and until when (clock ms).
     blocked: std::sync::Mutex<std::collections::HashMap<IpAddr, u64>>,
@@ -157,7 +157,7 @@ pub struct RefusedCodes {
 }
 
 impl RefusedCodes {
-    pub fn new(clock: SharedClock) -> Self {
+    pub(crate) fn new(clock: SharedClock) -> Self {
         let quota = Quota::with_period(REFUSED_CODE_EVERY)
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(REFUSED_CODE_BURST).unwrap_or(NonZeroU32::MIN));
@@ -171,7 +171,7 @@ impl RefusedCodes {
 
     /// `ip` had a code refused: one of its allowance spent; past it, the
     /// address is blocked from trying codes for the time one comes back.
-    pub fn refused(&self, ip: IpAddr) {
+    pub(crate) fn refused(&self, ip: IpAddr) {
         let key = crate::canonical::limit_key(ip);
         if self.limiter.check_key(&key).is_err() {
             // The refusal that went over blocks until the next cell.
@@ -185,7 +185,7 @@ impl RefusedCodes {
     }
 
     /// `Some(retry_after)` while `ip` may not try codes.
-    pub fn blocked(&self, ip: IpAddr) -> Option<Duration> {
+    pub(crate) fn blocked(&self, ip: IpAddr) -> Option<Duration> {
         let key = crate::canonical::limit_key(ip);
         let now = self.clock.now().as_millis() as u64;
         let blocked = self
@@ -196,7 +196,7 @@ impl RefusedCodes {
         (until > now).then(|| Duration::from_millis(until - now))
     }
 
-    pub fn forget_idle(&self) {
+    pub(crate) fn forget_idle(&self) {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
         let now = self.clock.now().as_millis() as u64;
@@ -208,10 +208,10 @@ impl RefusedCodes {
 }
 
 /// How often idle limiter entries are forgotten.
-pub const SWEEP_EVERY_MS: u64 = 30_000;
+pub(crate) const SWEEP_EVERY_MS: u64 = 30_000;
 
 /// The per-address limits the gate keeps for every room.
-pub struct ClientLimits {
+pub(crate) struct ClientLimits {
     /// Queued polls per client address.
     pub polls: AddressLimit,
     /// New tickets per client address.
@@ -224,7 +224,7 @@ pub struct ClientLimits {
 }
 
 impl ClientLimits {
-    pub fn new(polls: AddressLimit, arrivals: AddressLimit, clock: SharedClock) -> Self {
+    pub(crate) fn new(polls: AddressLimit, arrivals: AddressLimit, clock: SharedClock) -> Self {
         Self {
             polls,
             arrivals,
@@ -237,7 +237,7 @@ impl ClientLimits {
     /// True, once per `SWEEP_EVERY_MS`, for the one caller that should
     /// sweep now; the claim is a compare-and-swap, so concurrent callers
     /// never both sweep and the time only moves forward.
-    pub fn sweep_due(&self) -> bool {
+    pub(crate) fn sweep_due(&self) -> bool {
         let now = self.clock.now_ms();
         let last = self.swept_at.load(Ordering::Relaxed);
         now.saturating_sub(last) >= SWEEP_EVERY_MS
@@ -248,7 +248,7 @@ impl ClientLimits {
     }
 
     /// Forgets idle addresses in both limiters.
-    pub fn forget_idle(&self) {
+    pub(crate) fn forget_idle(&self) {
         self.polls.forget_idle();
         self.arrivals.forget_idle();
         self.codes.forget_idle();
@@ -256,7 +256,7 @@ impl ClientLimits {
 }
 
 /// Seconds for a `Retry-After` header: rounded up, at least 1.
-pub fn retry_after_secs(wait: Duration) -> u64 {
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_millis().div_ceil(1000) as u64).max(1)
 }
 

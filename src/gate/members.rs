@@ -18,19 +18,19 @@ use crate::enqueue::{self, TokenError};
 use crate::store::StoreError;
 
 /// The header apps send a token in.
-pub const X_WAITROOM_TOKEN: HeaderName = HeaderName::from_static("x-waitroom-token");
+pub(crate) const X_WAITROOM_TOKEN: HeaderName = HeaderName::from_static("x-waitroom-token");
 /// The query parameter a link carries a token in.
-pub const TOKEN_PARAM: &str = crate::canonical::OWN_PARAMS[0];
+pub(crate) const TOKEN_PARAM: &str = crate::canonical::OWN_PARAMS[0];
 
 /// How long the room remembers that a `sub` came (at least as long as its
 /// token lives): a member not seen for this long holds no place in the
 /// back of the queue that a store must read through to find.
-pub const MEMBER_MEMORY_MS: u64 = 24 * 3_600_000;
+pub(crate) const MEMBER_MEMORY_MS: u64 = 24 * 3_600_000;
 
 /// How long after a `jti`'s first use a copy of the same token is the
 /// same arrival (a double click, a retried request, a second tab), folded
 /// into the member's place rather than refused as a replay.
-pub const JTI_FOLD_MS: u64 = 10_000;
+pub(crate) const JTI_FOLD_MS: u64 = 10_000;
 
 /// Separates the member-id key from any other use of the cookie key.
 const MEMBER_KEY_PREFIX: &[u8] = b"waitroom/member\0";
@@ -62,7 +62,7 @@ pub(super) enum Entry {
 
 /// The key member ids are derived with, from the first cookie key (so
 /// every instance sharing the keys derives the same ids).
-pub fn member_key(first_cookie_key: &[u8; 32]) -> [u8; 32] {
+pub(crate) fn member_key(first_cookie_key: &[u8; 32]) -> [u8; 32] {
     Sha256::new()
         .chain_update(MEMBER_KEY_PREFIX)
         .chain_update(first_cookie_key)

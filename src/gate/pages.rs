@@ -27,7 +27,7 @@ use crate::store::QueuePlace;
 
 /// How one request is answered: JSON when an app asks for it and the room
 /// offers it, else a page in the visitor's language, chosen at most once.
-pub struct Reply<'h> {
+pub(crate) struct Reply<'h> {
     pub json: bool,
     headers: &'h HeaderMap,
     setting: Language,
@@ -36,7 +36,7 @@ pub struct Reply<'h> {
 
 impl<'h> Reply<'h> {
     /// For a request of `room` (its `json_response` and `language`).
-    pub fn for_room(room: &Room, headers: &'h HeaderMap) -> Self {
+    pub(crate) fn for_room(room: &Room, headers: &'h HeaderMap) -> Self {
         Self {
             json: room.config.json_response && wants_json(headers),
             headers,
@@ -46,7 +46,7 @@ impl<'h> Reply<'h> {
     }
 
     /// For a request no room answers: a page in the visitor's language.
-    pub fn roomless(headers: &'h HeaderMap) -> Self {
+    pub(crate) fn roomless(headers: &'h HeaderMap) -> Self {
         Self {
             json: false,
             headers,
@@ -56,7 +56,7 @@ impl<'h> Reply<'h> {
     }
 
     /// The page's language.
-    pub fn lang(&self) -> Chosen {
+    pub(crate) fn lang(&self) -> Chosen {
         *self.lang.get_or_init(|| self.setting.choose(self.headers))
     }
 }
@@ -155,7 +155,7 @@ fn render(
 }
 
 /// Whether the request asks for JSON.
-pub fn wants_json(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_json(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -168,7 +168,7 @@ pub fn wants_json(headers: &HeaderMap) -> bool {
 /// `{reserved_prefix}page` after the proxy hands it back sealed.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "k", rename_all = "snake_case")]
-pub enum Shown {
+pub(crate) enum Shown {
     /// The queue page with the ticket cookie (a `Set-Cookie` value).
     Queue {
         seq: u64,
@@ -230,7 +230,7 @@ pub enum Shown {
 
 impl Shown {
     /// The status its page is answered with (for a room's page, `room`).
-    pub fn status(&self, room: Option<&Room>) -> StatusCode {
+    pub(crate) fn status(&self, room: Option<&Room>) -> StatusCode {
         match (room, self) {
             (Some(room), Shown::Queue { .. } | Shown::Challenge { .. } | Shown::Captcha) => {
                 room.config.queue_status_code
@@ -257,7 +257,7 @@ impl Shown {
     }
 
     /// Its name in the access log.
-    pub fn outcome(&self) -> &'static str {
+    pub(crate) fn outcome(&self) -> &'static str {
         match self {
             Shown::Queue { .. } => "queued",
             Shown::Clean { .. } => "cleaned",
@@ -277,7 +277,7 @@ impl Shown {
 
 /// The queue page (or, for apps, the status JSON) with the ticket cookie.
 #[allow(clippy::too_many_arguments)]
-pub fn queue(
+pub(crate) fn queue(
     room: &Room,
     template: &Template,
     status: &Status,
@@ -305,7 +305,7 @@ pub fn queue(
 
 /// Sends the visitor to `to` (its own request without the daemon's query
 /// parameters), setting `cookie`; no body.
-pub fn clean(to: &str, cookie: Option<String>) -> Response<Body> {
+pub(crate) fn clean(to: &str, cookie: Option<String>) -> Response<Body> {
     let mut resp = Response::new(crate::body::empty());
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(to) {
@@ -324,7 +324,7 @@ pub fn clean(to: &str, cookie: Option<String>) -> Response<Body> {
 
 /// The proof of work a new visitor must do first: the page whose script
 /// does it, or for apps the status JSON with the challenge.
-pub fn challenge(
+pub(crate) fn challenge(
     room: &Room,
     status: &Status,
     challenge: &super::proof::Challenge,
@@ -343,7 +343,7 @@ pub fn challenge(
 
 /// The room's captcha a new visitor must pass first: the page with the
 /// provider's widget, or for apps the status JSON naming the provider.
-pub fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body> {
     let code = room.config.queue_status_code;
     let Some(captcha) = room.config.captcha.as_ref().filter(|_| !reply.json) else {
         return json(code, status, None);
@@ -365,7 +365,7 @@ pub fn captcha(room: &Room, status: &Status, reply: &Reply<'_>) -> Response<Body
 /// verification slot taken): the page reloads by itself after `wait`,
 /// handing the same token in again; apps get `{"error", "state":
 /// "challenge", "retry_after"}` and `Retry-After`.
-pub fn captcha_busy(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn captcha_busy(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
     let seconds = retry_after_secs(wait);
     if reply.json {
         let mut resp = json(
@@ -391,7 +391,7 @@ pub fn captcha_busy(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
 /// A newcomer turned away for its enqueue token: 403, the page saying
 /// why (none where one is required, or one that does not hold), or for
 /// apps `{"error": ...}`.
-pub fn token_refused(missing: bool, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn token_refused(missing: bool, reply: &Reply<'_>) -> Response<Body> {
     let (short, msg) = if missing {
         ("an enqueue token is required", Msg::TokenRequired)
     } else {
@@ -408,7 +408,7 @@ pub fn token_refused(missing: bool, reply: &Reply<'_>) -> Response<Body> {
 }
 
 /// What a visitor the room turns away sees (503).
-pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
     if reply.json {
         let status = Status {
@@ -435,7 +435,7 @@ pub fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Respons
 }
 
 /// The status JSON `state` for a rejection.
-pub fn reject_state(reason: RejectReason) -> VisitorState {
+pub(crate) fn reject_state(reason: RejectReason) -> VisitorState {
     match reason {
         RejectReason::Closed => VisitorState::Closed,
         RejectReason::QueueFull | RejectReason::OverLimit => VisitorState::Rejected,
@@ -443,7 +443,7 @@ pub fn reject_state(reason: RejectReason) -> VisitorState {
 }
 
 /// 429 for a queued visitor (or its address) polling too often; the place is kept.
-pub fn slow_down(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn slow_down(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
     too_many(
         wait,
         reply,
@@ -453,7 +453,7 @@ pub fn slow_down(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
 }
 
 /// 429 for an address asking for more new tickets than it may.
-pub fn too_many_arrivals(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn too_many_arrivals(wait: Duration, reply: &Reply<'_>) -> Response<Body> {
     too_many(
         wait,
         reply,
@@ -479,7 +479,7 @@ fn too_many(wait: Duration, reply: &Reply<'_>, short: &str, long: Msg) -> Respon
 }
 
 /// `fail_mode = "closed"` while the store is away.
-pub fn store_unavailable(room: &Room, reply: &Reply<'_>) -> Response<Body> {
+pub(crate) fn store_unavailable(room: &Room, reply: &Reply<'_>) -> Response<Body> {
     message(
         StatusCode::SERVICE_UNAVAILABLE,
         Msg::StoreUnavailable,
@@ -492,7 +492,7 @@ pub fn store_unavailable(room: &Room, reply: &Reply<'_>) -> Response<Body> {
 /// request body was broken). The request went to the origin, so its
 /// `Accept-Language` was kept aside (`None` when there was none); it is
 /// read only now.
-pub fn origin_error(
+pub(crate) fn origin_error(
     e: &OriginError,
     room: Option<&Room>,
     accept_language: Option<&HeaderValue>,

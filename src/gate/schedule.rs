@@ -101,7 +101,7 @@ impl InForce {
 }
 
 /// The event in force at `now`, its phase, and when that may change.
-pub fn phase_at(events: &[Arc<Event>], now: Millis) -> (Phase, Option<Arc<Event>>, Millis) {
+pub(crate) fn phase_at(events: &[Arc<Event>], now: Millis) -> (Phase, Option<Arc<Event>>, Millis) {
     let current = events
         .iter()
         .find(|e| e.spec.opens_ms() <= now && now < e.spec.end_ms);
@@ -128,7 +128,7 @@ pub fn phase_at(events: &[Arc<Event>], now: Millis) -> (Phase, Option<Arc<Event>
 /// The policy of a room in `phase` of `event`: the event's settings on the
 /// room's, the operator's on top (`operator` applies them), and nobody
 /// admitted before the start.
-pub fn policy_in(
+pub(crate) fn policy_in(
     base: &RoomPolicy,
     phase: Phase,
     event: Option<&Event>,
@@ -149,7 +149,7 @@ pub fn policy_in(
 
 /// Checks an event an operator adds or changes against the room's others
 /// (by name): the same rules as the config file.
-pub fn check_event(event: &EventSpec, others: &[EventSpec]) -> Result<(), String> {
+pub(crate) fn check_event(event: &EventSpec, others: &[EventSpec]) -> Result<(), String> {
     crate::config::check_id(&event.name).map_err(|why| format!("name: {:?} {why}", event.name))?;
     if event.end_ms <= event.start_ms {
         return Err("end: must be after start".into());

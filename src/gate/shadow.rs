@@ -118,7 +118,12 @@ impl Admission {
 /// stays): up one place per admission, never past position 1. Returns
 /// the place and the time it is reckoned from, so that re-issued at every
 /// poll it keeps the fractions of a place and never goes back.
-pub fn moved(since_ms: Millis, position: u64, rate: Option<f64>, now: Millis) -> (Millis, u64) {
+pub(super) fn moved(
+    since_ms: Millis,
+    position: u64,
+    rate: Option<f64>,
+    now: Millis,
+) -> (Millis, u64) {
     let Some(rate) = rate.filter(|r| r.is_finite() && *r > 0.0) else {
         return (since_ms, position);
     };

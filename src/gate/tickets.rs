@@ -78,7 +78,7 @@ thread_local! {
 }
 
 /// The key ring and the cookie attributes.
-pub struct Tickets {
+pub(crate) struct Tickets {
     keys: KeyRing,
     /// Which ring this is, for the per-thread memory of opened tickets.
     ring: u64,
@@ -92,11 +92,11 @@ pub struct Tickets {
 
 impl Tickets {
     /// The cookie keys (they also seal the decision mode's pages).
-    pub fn keys(&self) -> &KeyRing {
+    pub(crate) fn keys(&self) -> &KeyRing {
         &self.keys
     }
 
-    pub fn new(keys: KeyRing, cookie: &CookieConfig) -> Self {
+    pub(crate) fn new(keys: KeyRing, cookie: &CookieConfig) -> Self {
         Self {
             keys,
             ring: RINGS.fetch_add(1, Ordering::Relaxed),
@@ -110,7 +110,13 @@ impl Tickets {
     /// (with `bind_to_client`) was issued to the client's network `net`;
     /// every failure is "none". Tickets sealed before networks were
     /// recorded carry none and are taken from anywhere until they lapse.
-    pub fn open(&self, room: &Room, headers: &HeaderMap, now: Millis, net: u64) -> Option<Ticket> {
+    pub(crate) fn open(
+        &self,
+        room: &Room,
+        headers: &HeaderMap,
+        now: Millis,
+        net: u64,
+    ) -> Option<Ticket> {
         let ticket = self.open_any(room, headers, now)?;
         match ticket.net {
             Some(issued) if self.bind_to_client && issued != net => None,
@@ -118,7 +124,7 @@ impl Tickets {
         }
     }
 
-    pub fn open_any(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
+    pub(crate) fn open_any(&self, room: &Room, headers: &HeaderMap, now: Millis) -> Option<Ticket> {
         let value = headers::cookie_bytes(headers, &room.cookie_finder)?;
         let id = room.config.id.as_str();
         let remembered = OPENED.with(|opened| {
@@ -155,7 +161,7 @@ impl Tickets {
     }
 
     /// The ticket of an admitted visitor whose session lives until `expires`.
-    pub fn admitted(
+    pub(crate) fn admitted(
         &self,
         room: &Room,
         visitor: VisitorId,
@@ -176,7 +182,7 @@ impl Tickets {
 
     /// The ticket of a queued visitor; it lapses when the visitor would
     /// count as abandoned.
-    pub fn queued(
+    pub(crate) fn queued(
         &self,
         room: &Room,
         visitor: VisitorId,
@@ -198,7 +204,7 @@ impl Tickets {
 
     /// The ticket of a shadow place (`gate::shadow`): it lapses like a
     /// queue place's, and looks like one.
-    pub fn shadow(
+    pub(crate) fn shadow(
         &self,
         room: &Room,
         visitor: VisitorId,
@@ -219,7 +225,7 @@ impl Tickets {
     /// new visitor: the generic cookie formatter cost as much as the seal).
     /// The value is base64url and the name `[a-z0-9_-]`, so nothing needs
     /// quoting.
-    pub fn set_cookie(&self, room: &Room, ticket: &Ticket, now: Millis) -> String {
+    pub(crate) fn set_cookie(&self, room: &Room, ticket: &Ticket, now: Millis) -> String {
         let max_age = ticket.expires_ms.saturating_sub(now) / 1000 + 1;
         let value = self.keys.seal(&room.config.id, ticket);
         let mut out = String::with_capacity(room.cookie_name.len() + value.len() + 80);
@@ -236,7 +242,7 @@ impl Tickets {
     }
 
     /// `Set-Cookie` that removes the room's ticket.
-    pub fn expired_cookie(&self, room: &Room) -> String {
+    pub(crate) fn expired_cookie(&self, room: &Room) -> String {
         Cookie::build((room.cookie_name.as_str(), ""))
             .path("/")
             .http_only(true)

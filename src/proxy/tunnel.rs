@@ -41,7 +41,7 @@ pub struct Tunnel {
 /// Whether `headers` ask for a WebSocket upgrade and nothing else:
 /// `Upgrade` names only `websocket` (one line), and `Connection` names
 /// `upgrade`.
-pub fn asks_websocket(headers: &HeaderMap) -> bool {
+pub(crate) fn asks_websocket(headers: &HeaderMap) -> bool {
     if !headers.contains_key(header::UPGRADE) {
         return false;
     }
@@ -65,7 +65,7 @@ pub fn asks_websocket(headers: &HeaderMap) -> bool {
 /// Joins the client's and the origin's upgraded connections, on the
 /// current thread's runtime, until either side closes, the tunnel goes
 /// idle or its session ends.
-pub fn spawn(client: OnUpgrade, origin: OnUpgrade, tunnel: Tunnel) {
+pub(crate) fn spawn(client: OnUpgrade, origin: OnUpgrade, tunnel: Tunnel) {
     tokio::spawn(async move {
         let Tunnel {
             place,

@@ -30,7 +30,7 @@ pub struct Allowance {
 /// The error of a body whose allowance ran out.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body was not sent within its allowance")]
-pub struct TooSlow;
+pub(crate) struct TooSlow;
 
 /// A request body with its allowance (see the module docs). A body that is
 /// empty from the start (most requests) carries nothing more than itself.

@@ -44,7 +44,7 @@ use crate::canonical::limit_key;
 /// failed accept (usually: out of file descriptors) waits for some to free
 /// up, backing off to a second; a connection over a cap is closed at once,
 /// rather than left to wait, so the client learns at once.
-pub async fn accept(
+pub(crate) async fn accept(
     listener: &TcpListener,
     caps: &Caps,
     stop: &mut watch::Receiver<bool>,
@@ -85,7 +85,7 @@ type OpenByAddress = Arc<Mutex<HashMap<IpAddr, PerAddress>>>;
 
 /// The connection caps of one listener.
 #[derive(Clone)]
-pub struct Caps {
+pub(crate) struct Caps {
     total: Arc<Semaphore>,
     /// The most connections from one address, and who holds how many.
     per_ip: (usize, OpenByAddress),
@@ -96,7 +96,7 @@ pub struct Caps {
 /// A connection's place under the caps; dropping it frees the place. A
 /// WebSocket tunnel keeps its connection's place (through an `Arc`) for
 /// as long as it lives.
-pub struct Admission {
+pub(crate) struct Admission {
     _total: OwnedSemaphorePermit,
     ip: IpAddr,
     map: OpenByAddress,
@@ -107,7 +107,7 @@ pub struct Admission {
 impl Admission {
     /// The HTTP/2 stream budget this connection shares with the others
     /// from its address.
-    pub fn streams(&self) -> Arc<Semaphore> {
+    pub(crate) fn streams(&self) -> Arc<Semaphore> {
         self.streams.clone()
     }
 }
@@ -126,7 +126,7 @@ impl Drop for Admission {
 
 /// Why a connection was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// `max_connections` are open.
     Total,
     /// `max_connections_per_ip` are open from this address.
@@ -137,7 +137,7 @@ impl Caps {
     /// `total` connections in all, `per_ip` from one address (its /64 for
     /// IPv6), whose HTTP/2 connections carry `streams_per_ip` streams
     /// together.
-    pub fn new(total: usize, per_ip: usize, streams_per_ip: usize) -> Self {
+    pub(crate) fn new(total: usize, per_ip: usize, streams_per_ip: usize) -> Self {
         Self {
             total: Arc::new(Semaphore::new(total)),
             per_ip: (per_ip, Arc::new(Mutex::new(HashMap::new()))),
@@ -146,7 +146,7 @@ impl Caps {
     }
 
     /// A place for a connection from `ip`, or why there is none.
-    pub fn admit(&self, ip: IpAddr) -> Result<Admission, Refused> {
+    pub(crate) fn admit(&self, ip: IpAddr) -> Result<Admission, Refused> {
         let total = self
             .total
             .clone()
@@ -172,7 +172,7 @@ impl Caps {
     }
 
     /// Closes the listener's semaphore so a stopped accept loop wakes.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.total.close();
     }
 }
@@ -182,7 +182,10 @@ impl Caps {
 /// the first byte, and before it the HTTP version sniffing would wait for
 /// ever. (`readable()` may report a fresh socket ready with nothing in it;
 /// `peek` waits for a byte.)
-pub async fn first_byte(stream: &tokio::net::TcpStream, within: std::time::Duration) -> bool {
+pub(crate) async fn first_byte(
+    stream: &tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> bool {
     let mut first = [0u8; 1];
     matches!(
         tokio::time::timeout(within, stream.peek(&mut first)).await,
@@ -199,7 +202,7 @@ const URI_TOO_LONG: &[u8] = b"HTTP/1.1 414 URI Too Long";
 /// been read since the last response began. When hyper refuses a head as
 /// too large and none was, the head was a single overlong request line,
 /// and the status line is rewritten to 414.
-pub struct HeadWatch<T> {
+pub(crate) struct HeadWatch<T> {
     io: T,
     /// A `\n` was read since the last response started.
     line_ended: bool,
@@ -209,7 +212,7 @@ pub struct HeadWatch<T> {
 }
 
 impl<T> HeadWatch<T> {
-    pub fn new(io: T) -> Self {
+    pub(crate) fn new(io: T) -> Self {
         Self {
             io,
             line_ended: false,
@@ -336,7 +339,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for HeadWatch<T> {
 ///   `send_timeout` closes the connection, and with it everything its
 ///   streams hold at the origin.
 #[derive(Clone)]
-pub struct Activity {
+pub(crate) struct Activity {
     /// When the connection began; the times below count from it.
     start: Instant,
     /// The last request start or end, in ms after `start`.
@@ -392,7 +395,7 @@ impl Activity {
     /// for `idle`, or when its longest-waiting response will have waited
     /// `send_timeout`; while requests are in flight, `idle` from now at
     /// the latest.
-    pub fn due(&self, idle: Duration, send_timeout: Duration) -> Instant {
+    pub(crate) fn due(&self, idle: Duration, send_timeout: Duration) -> Instant {
         if self.in_flight.load(Ordering::Relaxed) == 0 {
             return self.at(self.last_ms.load(Ordering::Relaxed)) + idle;
         }
@@ -405,19 +408,19 @@ impl Activity {
 
     /// Whether the connection has had no request in flight, and none
     /// starting or ending, for `idle`.
-    pub fn idle_for(&self, idle: Duration) -> bool {
+    pub(crate) fn idle_for(&self, idle: Duration) -> bool {
         self.in_flight.load(Ordering::Relaxed) == 0
             && self.at(self.last_ms.load(Ordering::Relaxed)).elapsed() >= idle
     }
 
     /// Whether a response has waited on the client for `send_timeout`.
-    pub fn stalled(&self, send_timeout: Duration) -> bool {
+    pub(crate) fn stalled(&self, send_timeout: Duration) -> bool {
         self.oldest_wait()
             .is_some_and(|since| since.elapsed() >= send_timeout)
     }
 
     /// A request starts: it is in flight until the returned guard drops.
-    pub fn request(&self) -> InFlight {
+    pub(crate) fn request(&self) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.touch();
         let wait = Arc::new(AtomicU64::new(WAITS_ON_ORIGIN));
@@ -434,7 +437,7 @@ impl Activity {
 
 /// One request in flight, for as long as it lives (its response body
 /// holds it).
-pub struct InFlight {
+pub(crate) struct InFlight {
     activity: Activity,
     wait: Arc<AtomicU64>,
 }
@@ -442,12 +445,12 @@ pub struct InFlight {
 impl InFlight {
     /// The response has data for the client (its head, or a chunk handed
     /// to the connection) and waits for the client to take it.
-    pub fn waits_on_client(&self) {
+    pub(crate) fn waits_on_client(&self) {
         self.wait.store(self.activity.ms() + 1, Ordering::Relaxed);
     }
 
     /// The response waits for the origin to send more.
-    pub fn waits_on_origin(&self) {
+    pub(crate) fn waits_on_origin(&self) {
         self.wait.store(WAITS_ON_ORIGIN, Ordering::Relaxed);
     }
 }
@@ -463,7 +466,7 @@ impl Drop for InFlight {
 /// client does not let through for `timeout` fails, which ends the
 /// connection. A reader that never reads holds its origin connection and
 /// buffers for that long at most.
-pub struct SendTimeout<T> {
+pub(crate) struct SendTimeout<T> {
     io: T,
     timeout: Duration,
     /// Armed while a write waits; made at the first wait.
@@ -472,7 +475,7 @@ pub struct SendTimeout<T> {
 }
 
 impl<T> SendTimeout<T> {
-    pub fn new(io: T, timeout: Duration) -> Self {
+    pub(crate) fn new(io: T, timeout: Duration) -> Self {
         Self {
             io,
             timeout,

@@ -420,7 +420,7 @@ fn local_addr(listener: &TcpListener, configured: SocketAddr) -> SocketAddr {
 
 /// Per-listener limits from `[server]`.
 #[derive(Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     max_header_bytes: usize,
     header_read_timeout: Duration,
     drain_timeout: Duration,

@@ -16,7 +16,7 @@ use crate::queue_page::Msg;
 use crate::respond;
 
 /// Where plain HTTP is sent.
-pub struct Redirect {
+pub(crate) struct Redirect {
     /// The TLS listener's port, left out of the URL when it is 443.
     port: u16,
     /// Answered by the gate, not redirected.
@@ -27,7 +27,7 @@ pub struct Redirect {
 }
 
 impl Redirect {
-    pub fn new(port: u16, health_path: Arc<str>, hosts: Vec<String>) -> Self {
+    pub(crate) fn new(port: u16, health_path: Arc<str>, hosts: Vec<String>) -> Self {
         Self {
             port,
             health_path,
@@ -49,7 +49,7 @@ impl Redirect {
     /// gate answers). The URL is built from the canonical host and path,
     /// so a malformed Host or path gets the gate's 400, not a Location
     /// made of it.
-    pub fn answer<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+    pub(crate) fn answer<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
         let chosen = crate::i18n::Language::Auto.choose(req.headers());
         let canonical = match Canonical::of(req) {
             Ok(c) => c,

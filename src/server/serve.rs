@@ -36,7 +36,7 @@ use crate::body::Body;
 /// Runs hyper's per-connection tasks (HTTP/2 streams) on the serving
 /// thread itself.
 #[derive(Clone, Copy)]
-pub struct LocalExec;
+pub(crate) struct LocalExec;
 
 impl<F> hyper::rt::Executor<F> for LocalExec
 where
@@ -56,7 +56,7 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const MAX_SEND_BUF: usize = 64 * 1024;
 
 /// How connections are served, built once per serving thread.
-pub struct Serving {
+pub(crate) struct Serving {
     http1: http1::Builder,
     http2: http2::Builder<LocalExec>,
     /// For a connection whose first bytes do not yet tell (rare).
@@ -66,7 +66,7 @@ pub struct Serving {
 }
 
 impl Serving {
-    pub fn new(limits: &Limits) -> Self {
+    pub(crate) fn new(limits: &Limits) -> Self {
         let streams = limits.max_streams_per_connection;
         // hyper refuses buffers under 8 KiB; headers past the buffer get 431.
         let buf = limits.max_header_bytes.max(8192);
@@ -104,25 +104,25 @@ impl Serving {
 
 /// The connections one serving thread has open, so it can drain them.
 #[derive(Clone, Default)]
-pub struct Open {
+pub(crate) struct Open {
     count: Rc<Cell<usize>>,
     closed: Rc<Notify>,
 }
 
 impl Open {
-    pub fn enter(&self) -> OpenGuard {
+    pub(crate) fn enter(&self) -> OpenGuard {
         self.count.set(self.count.get() + 1);
         OpenGuard(self.clone())
     }
 
-    pub async fn all_closed(&self) {
+    pub(crate) async fn all_closed(&self) {
         while self.count.get() > 0 {
             self.closed.notified().await;
         }
     }
 }
 
-pub struct OpenGuard(Open);
+pub(crate) struct OpenGuard(Open);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
@@ -133,7 +133,7 @@ impl Drop for OpenGuard {
 }
 
 /// What a connection's requests are answered by: called once per request.
-pub trait Handler: Fn(Request<Incoming>) -> Self::Answer + Clone + 'static {
+pub(crate) trait Handler: Fn(Request<Incoming>) -> Self::Answer + Clone + 'static {
     type Answer: Future<Output = Response<Body>> + 'static;
 }
 
@@ -146,7 +146,7 @@ where
 }
 
 /// The error a connection ended with, for the debug log.
-pub type ConnError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type ConnError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs a connection to its end; when the thread is told to stop, asks it
 /// to finish the request in flight and close.
@@ -278,7 +278,7 @@ where
 /// Serves one plain connection as HTTP/1.1 or HTTP/2, told apart by its
 /// first bytes (peeked, so nothing is read twice). `budget` is the stream
 /// budget of the connection's address.
-pub async fn serve<H: Handler>(
+pub(crate) async fn serve<H: Handler>(
     stream: TcpStream,
     handler: H,
     budget: Arc<Semaphore>,
@@ -305,7 +305,7 @@ pub async fn serve<H: Handler>(
 /// `header_read_timeout` like a plain connection's first bytes; then
 /// HTTP/2 or HTTP/1.1 as ALPN chose (HTTP/1.1 when the client offered
 /// no ALPN).
-pub async fn serve_tls<H: Handler>(
+pub(crate) async fn serve_tls<H: Handler>(
     stream: TcpStream,
     acceptor: &TlsAcceptor,
     handler: H,

@@ -34,7 +34,7 @@ use crate::body::{Body, BoxError};
 use crate::queue_page::Msg;
 
 /// Makes [`Streams`] for one connection.
-pub struct StreamLayer {
+pub(crate) struct StreamLayer {
     budget: Arc<Semaphore>,
     activity: Activity,
 }
@@ -42,7 +42,7 @@ pub struct StreamLayer {
 impl StreamLayer {
     /// Streams of a connection watched by `activity`, from an address
     /// whose budget is `budget`.
-    pub fn new(budget: Arc<Semaphore>, activity: Activity) -> Self {
+    pub(crate) fn new(budget: Arc<Semaphore>, activity: Activity) -> Self {
         Self { budget, activity }
     }
 }
@@ -62,7 +62,7 @@ impl<S> Layer<S> for StreamLayer {
 
 /// The gate's service with each stream's place in the budget (see the
 /// module docs).
-pub struct Streams<S> {
+pub(crate) struct Streams<S> {
     inner: S,
     budget: PollSemaphore,
     /// Taken by `poll_ready`, handed to the next call's response body.
@@ -160,7 +160,7 @@ impl HttpBody for Tracked {
 
 /// The answer to a stream that found its address's budget spent (tower's
 /// `LoadShed` refused it): 429 at once, with `Retry-After: 1`.
-pub fn shed(result: Result<Response<Body>, BoxError>) -> Result<Response<Body>, BoxError> {
+pub(crate) fn shed(result: Result<Response<Body>, BoxError>) -> Result<Response<Body>, BoxError> {
     Ok(result.unwrap_or_else(|e| {
         tracing::debug!(error = %e, "stream refused: the address's stream budget is spent");
         let chosen = crate::i18n::Language::Auto.choose(&HeaderMap::new());

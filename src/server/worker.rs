@@ -56,7 +56,7 @@ impl GateCache {
 }
 
 /// The running workers.
-pub struct Workers {
+pub(crate) struct Workers {
     /// Where they listen (one port, bound by each).
     pub addr: SocketAddr,
     /// Where they accept TLS, when `[tls]` is configured.
@@ -67,7 +67,7 @@ pub struct Workers {
 
 /// The TLS listener, served by the same workers as the plain one.
 #[derive(Clone)]
-pub struct TlsListen {
+pub(crate) struct TlsListen {
     pub addr: SocketAddr,
     pub acceptor: TlsAcceptor,
     /// Plain HTTP is answered with a redirect to this listener.
@@ -78,7 +78,7 @@ pub struct TlsListen {
 
 /// What every worker shares, cloned into each.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub gates: SharedGate,
     pub limits: Limits,
     /// One set of caps for both listeners: a client's plain and TLS
@@ -94,7 +94,7 @@ impl Workers {
     /// Binds `count` listeners on `addr` (the first picks the port when it
     /// is 0), and as many on the TLS address when given, and starts a
     /// worker thread for each pair; returns once every one listens.
-    pub async fn start(
+    pub(crate) async fn start(
         addr: SocketAddr,
         tls: Option<TlsListen>,
         count: usize,
@@ -166,7 +166,7 @@ impl Workers {
     }
 
     /// Waits until every worker has drained and stopped.
-    pub async fn stopped(self) {
+    pub(crate) async fn stopped(self) {
         for done in self.done {
             let _ = done.await;
         }

@@ -9,9 +9,9 @@ use serde::Serialize;
 use super::wait::WaitSummary;
 
 /// One sample every this many milliseconds at most.
-pub const SAMPLE_EVERY_MS: u64 = 5_000;
+pub(crate) const SAMPLE_EVERY_MS: u64 = 5_000;
 /// An hour of samples.
-pub const KEEP: usize = 720;
+pub(crate) const KEEP: usize = 720;
 const MINUTE_MS: u64 = 60_000;
 
 /// A room's figures at one moment.
@@ -41,7 +41,7 @@ pub struct Minute {
 /// last sample before it (the first minute counts from the first sample).
 /// A total that went down (a reset, a store that lost its data) starts the
 /// count over from that sample. Minutes without a sample are absent.
-pub fn per_minute(samples: &[Sample]) -> Vec<Minute> {
+pub(crate) fn per_minute(samples: &[Sample]) -> Vec<Minute> {
     let mut minutes: Vec<Minute> = Vec::new();
     let mut last: Option<u64> = None;
     for s in samples {

@@ -22,13 +22,13 @@ const FLOOR_MS: f64 = 250.0;
 const PER_DOUBLING: f64 = 8.0;
 /// Bucket 0 (under `FLOOR_MS`), then 159 buckets up to about 2.7 days; the
 /// last one also holds everything longer.
-pub const BUCKETS: usize = 160;
+pub(crate) const BUCKETS: usize = 160;
 /// Minutes kept: one hour.
-pub const MINUTES: usize = 60;
+pub(crate) const MINUTES: usize = 60;
 const MINUTE_MS: u64 = 60_000;
 
 /// The buckets of `waitroom_queue_wait_seconds`, in seconds.
-pub const PROMETHEUS_BUCKETS: [f64; 15] = [
+pub(crate) const PROMETHEUS_BUCKETS: [f64; 15] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0,
     28800.0, 86400.0,
 ];
@@ -107,7 +107,7 @@ struct Slot {
 
 /// A room's waits over the last hour, a histogram per clock minute in a
 /// ring: recording and summing cost the same however many visitors wait.
-pub struct WaitHour {
+pub(crate) struct WaitHour {
     slots: Vec<Slot>,
 }
 
@@ -150,7 +150,7 @@ pub struct WaitSummary {
 
 impl WaitHour {
     /// Records a visitor let in at `now` after waiting `wait_ms`.
-    pub fn record(&mut self, wait_ms: u64, now: Millis) {
+    pub(crate) fn record(&mut self, wait_ms: u64, now: Millis) {
         let minute = now / MINUTE_MS;
         let slot = &mut self.slots[(minute % MINUTES as u64) as usize];
         if slot.minute != minute {
@@ -162,7 +162,7 @@ impl WaitHour {
     }
 
     /// The hour up to `now`: the current minute and the 59 before it.
-    pub fn summary(&self, now: Millis) -> WaitSummary {
+    pub(crate) fn summary(&self, now: Millis) -> WaitSummary {
         let current = now / MINUTE_MS;
         let mut live: Vec<&Slot> = self
             .slots

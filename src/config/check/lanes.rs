@@ -8,7 +8,7 @@ use crate::config::LaneConfig;
 use crate::domain::MAX_LANES;
 
 /// The shortest lane code `waitroom check` takes.
-pub const MIN_CODE_CHARS: usize = 8;
+pub(super) const MIN_CODE_CHARS: usize = 8;
 
 impl Checker<'_, '_> {
     /// `[[room.lane]]`: at most `MAX_LANES`, names unique, shares adding

@@ -15,7 +15,7 @@ use crate::domain::{QueueingMethod, RoomState};
 use crate::i18n::{Lang, Language};
 
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
-pub const MAX_PROOF_OF_WORK: u64 = 32;
+pub(super) const MAX_PROOF_OF_WORK: u64 = 32;
 
 impl Checker<'_, '_> {
     pub(super) fn rooms(&mut self, raw: Vec<RawRoom>, reserved_prefix: &str) -> Vec<RoomConfig> {

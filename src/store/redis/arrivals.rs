@@ -18,10 +18,10 @@ use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError, Verdict, VisitorId};
 
 /// Most visitors in one call (keeps a call short and its reply small).
-pub const MAX_BATCH: usize = 256;
+pub(super) const MAX_BATCH: usize = 256;
 
 /// One arrival waiting for its decision.
-pub struct Waiter {
+pub(super) struct Waiter {
     pub policy: RoomPolicy,
     pub visitor: VisitorId,
     /// What its id may hold.
@@ -37,7 +37,7 @@ pub struct Waiter {
 
 /// A room's waiting arrivals.
 #[derive(Default)]
-pub struct Pending {
+pub(super) struct Pending {
     waiting: VecDeque<Waiter>,
     /// A call for this room is out; its drainer will take the next batch.
     in_flight: bool,
@@ -45,21 +45,25 @@ pub struct Pending {
 
 /// The waiting arrivals of every room.
 #[derive(Default)]
-pub struct Arrivals {
+pub(super) struct Arrivals {
     rooms: Mutex<HashMap<Arc<str>, Arc<Mutex<Pending>>>>,
 }
 
 impl Arrivals {
     /// Adds an arrival. Returns the room's queue, and whether the caller
     /// must start draining it (no call is out for the room).
-    pub fn push(&self, room: &Arc<str>, waiter: Waiter) -> (Arc<Mutex<Pending>>, bool) {
+    pub(super) fn push(&self, room: &Arc<str>, waiter: Waiter) -> (Arc<Mutex<Pending>>, bool) {
         self.with_room(room, |waiting| waiting.push_back(waiter))
     }
 
     /// Puts arrivals back in front of the room's queue, in their order
     /// (held visitors back from the Anywhere pool go before anyone who
     /// came after them). Returns the same as [`Arrivals::push`].
-    pub fn push_front(&self, room: &Arc<str>, waiters: Vec<Waiter>) -> (Arc<Mutex<Pending>>, bool) {
+    pub(super) fn push_front(
+        &self,
+        room: &Arc<str>,
+        waiters: Vec<Waiter>,
+    ) -> (Arc<Mutex<Pending>>, bool) {
         self.with_room(room, |waiting| {
             for w in waiters.into_iter().rev() {
                 waiting.push_front(w);
@@ -95,7 +99,7 @@ impl Arrivals {
 /// count of Anywhere calls (one decision holds them or not), at most
 /// `MAX_BATCH`. `None` when none are left, which also ends the drain (the
 /// next arrival starts a new one).
-pub fn next_batch(pending: &Mutex<Pending>) -> Option<Vec<Waiter>> {
+pub(super) fn next_batch(pending: &Mutex<Pending>) -> Option<Vec<Waiter>> {
     let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(first) = p.waiting.front() else {
         p.in_flight = false;

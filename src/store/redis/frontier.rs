@@ -39,21 +39,21 @@ use crate::store::{QueuePlace, VisitorId};
 
 /// A description is refreshed this often (in the caller's clock) while
 /// polls come in.
-pub const REFRESH_MS: Millis = 200;
+pub(crate) const REFRESH_MS: Millis = 200;
 /// ... and used for at most this long after it was made. The rate bound is
 /// computed for `VALID_MS + SKEW_MS`, so other instances' clocks may run
 /// that much ahead.
-pub const VALID_MS: Millis = 1_000;
-pub const SKEW_MS: Millis = 250;
+pub(crate) const VALID_MS: Millis = 1_000;
+pub(crate) const SKEW_MS: Millis = 250;
 /// One sample per this share of the distance from the frontier.
-pub const PRECISION: u64 = 64;
+pub(crate) const PRECISION: u64 = 64;
 /// Shorter queues are answered by the scripts (the description would save
 /// little, and small queues are where positions are watched most closely).
-pub const MIN_QUEUE: u64 = 1_000;
+pub(crate) const MIN_QUEUE: u64 = 1_000;
 
 /// One room's queue, as a frontier script described it.
 #[derive(Debug)]
-pub struct Description {
+pub(crate) struct Description {
     /// The caller's clock when it was made.
     pub made_ms: Millis,
     /// Visitors waiting.
@@ -74,7 +74,7 @@ pub struct Description {
 impl Description {
     /// The place of a visitor with this `seq` at `now`, if this description
     /// may answer: fresh enough, beyond the frontier, not ended.
-    pub fn answer(&self, visitor: VisitorId, seq: u64, now: Millis) -> Option<QueuePlace> {
+    pub(crate) fn answer(&self, visitor: VisitorId, seq: u64, now: Millis) -> Option<QueuePlace> {
         let frontier = self.frontier?;
         if now < self.made_ms || now > self.made_ms + VALID_MS {
             return None;
@@ -122,7 +122,7 @@ impl Description {
 /// The descriptions of every room this instance has polls for, and the
 /// polls answered from them that still have to be written.
 #[derive(Default)]
-pub struct Frontiers {
+pub(crate) struct Frontiers {
     rooms: Mutex<HashMap<Arc<str>, RoomFrontier>>,
 }
 
@@ -136,7 +136,7 @@ struct RoomFrontier {
 }
 
 /// What a poll learns from the frontiers.
-pub struct Lookup {
+pub(crate) struct Lookup {
     /// The answer, when the description may give it.
     pub place: Option<QueuePlace>,
     /// The description is due for a refresh and this caller should run it.
@@ -149,7 +149,13 @@ impl Frontiers {
     }
 
     /// Looks a poll up; remembers it for the next refresh when answered.
-    pub fn lookup(&self, room: &Arc<str>, visitor: VisitorId, seq: u64, now: Millis) -> Lookup {
+    pub(crate) fn lookup(
+        &self,
+        room: &Arc<str>,
+        visitor: VisitorId,
+        seq: u64,
+        now: Millis,
+    ) -> Lookup {
         let mut rooms = self.lock();
         let frontier = rooms.entry(Arc::clone(room)).or_default();
         let place = frontier
@@ -172,7 +178,7 @@ impl Frontiers {
 
     /// Takes the polls to write with a refresh of `room` (claiming the
     /// refresh if nobody holds it; `None` if somebody does).
-    pub fn claim(&self, room: &Arc<str>, already_claimed: bool) -> Option<Vec<VisitorId>> {
+    pub(crate) fn claim(&self, room: &Arc<str>, already_claimed: bool) -> Option<Vec<VisitorId>> {
         let mut rooms = self.lock();
         let frontier = rooms.entry(Arc::clone(room)).or_default();
         if frontier.refreshing && !already_claimed {
@@ -184,7 +190,7 @@ impl Frontiers {
 
     /// Installs a new description (or, on failure, keeps the polls for the
     /// next try) and ends the refresh.
-    pub fn finish(&self, room: &Arc<str>, outcome: Result<Description, Vec<VisitorId>>) {
+    pub(crate) fn finish(&self, room: &Arc<str>, outcome: Result<Description, Vec<VisitorId>>) {
         let mut rooms = self.lock();
         let frontier = rooms.entry(Arc::clone(room)).or_default();
         frontier.refreshing = false;
@@ -200,7 +206,7 @@ impl Frontiers {
 
     /// Claims a refresh of `room` if it has polls waiting to be written
     /// and no refresh is under way.
-    pub fn claim_pending(&self, room: &str) -> Option<Vec<VisitorId>> {
+    pub(crate) fn claim_pending(&self, room: &str) -> Option<Vec<VisitorId>> {
         let mut rooms = self.lock();
         let frontier = rooms.get_mut(room)?;
         if frontier.seen.is_empty() || frontier.refreshing {
@@ -211,7 +217,7 @@ impl Frontiers {
     }
 
     /// When the description of `room` in use was made.
-    pub fn made(&self, room: &str) -> Option<Millis> {
+    pub(crate) fn made(&self, room: &str) -> Option<Millis> {
         self.lock()
             .get(room)
             .and_then(|f| f.description.as_ref())
@@ -219,7 +225,7 @@ impl Frontiers {
     }
 
     /// Forgets every description (after the store reset or lost a room).
-    pub fn forget(&self, room: &str) {
+    pub(crate) fn forget(&self, room: &str) {
         if let Some(f) = self.lock().get_mut(room) {
             f.description = None;
         }
