@@ -1,9 +1,9 @@
--- poll: a queued visitor polls. ARGV[4] = visitor, ARGV[5] = the seq its
--- ticket carries. Returns a verdict like arrive, or {ENDED} when the place
+-- poll: a queued visitor polls. ARG_VISITOR = visitor, ARG_SEQ = the seq
+-- its ticket carries. Returns a verdict like arrive, or {ENDED} when the place
 -- was ended (released, used up by an admission, or the room reset since
 -- the ticket was issued).
-local visitor = c.argv[4]
-local seq_s = c.argv[5]
+local visitor = c.argv[ARG_VISITOR]
+local seq_s = c.argv[ARG_SEQ]
 local seq = tonumber(seq_s)
 
 housekeep(c)
