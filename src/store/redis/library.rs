@@ -296,6 +296,8 @@ fn missing_function(e: &RedisError) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
@@ -333,6 +335,53 @@ mod tests {
                 let constant = arg_constant(arg);
                 assert!(code.contains(&constant), "{name} never reads {constant}");
             }
+        }
+    }
+
+    /// The functions `text` defines (`local function name` / `function name`).
+    fn defined(text: &str) -> BTreeSet<&str> {
+        text.lines()
+            .filter_map(|l| {
+                l.strip_prefix("local function ")
+                    .or_else(|| l.strip_prefix("function "))
+            })
+            .filter_map(|l| l.split('(').next())
+            .map(str::trim)
+            .collect()
+    }
+
+    /// Whether `code` calls `name` (not a field or method of that name).
+    fn calls(code: &str, name: &str) -> bool {
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        code.match_indices(name).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            let after = code[at + name.len()..].trim_start();
+            !before.is_some_and(|c| ident(c) || c == '.' || c == ':') && after.starts_with('(')
+        })
+    }
+
+    #[test]
+    fn each_function_names_the_lib_helpers_it_calls() {
+        let helpers: BTreeSet<&str> = LIB.iter().flat_map(|(_, text)| defined(text)).collect();
+        for (_, name, _, body) in ROOM_SCRIPTS {
+            let named: BTreeSet<&str> = body
+                .lines()
+                .filter_map(|l| l.strip_prefix("-- uses:"))
+                .flat_map(|l| l.split(','))
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            let own = defined(body);
+            let code = crate::store::redis::wire::tests::code_of(body);
+            let called: BTreeSet<&str> = helpers
+                .iter()
+                .copied()
+                .filter(|h| !own.contains(h) && calls(&code, h))
+                .collect();
+            assert_eq!(
+                named, called,
+                "{name}: its header's `-- uses:` lines must name the lib helpers it calls"
+            );
         }
     }
 

@@ -15,6 +15,13 @@
 -- The decisions read counts kept in locals; the writes are gathered and
 -- made once at the end (one command per key), which is most of the saving
 -- over one script per visitor.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batch_add, count_string, counts, free_room, housekeep, int, int_next,
+-- uses: keep_alive, lane_of, lane_place, next_seq, place_of, promote,
+-- uses: queue_length, record_admissions, tail_add, tail_ends, tail_find,
+-- uses: tail_place, tail_scan, tail_seqs_add, tail_seqs_of, to_tail,
+-- uses: zadd_all
 housekeep(c)
 counts(c)
 -- Whether the sessions, their batches and the window were empty, so that

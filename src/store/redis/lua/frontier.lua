@@ -21,6 +21,10 @@
 -- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
 -- has a higher seq cannot be admitted before ahead_ms have passed) to the
 -- last place.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admissions, counts, housekeep, int, maintain, promote, queue_length,
+-- uses: refill, seq_at, tail_ends
 local k, ARGV = c.k, c.argv
 local ahead_ms = tonumber(ARGV[ARG_AHEAD_MS])
 local precision = tonumber(ARGV[ARG_PRECISION])

@@ -6,6 +6,13 @@
 -- Returns a verdict as arrive and poll do ({ENDED} for an ended place), or
 -- {MORE} when the room has room the promotion's bound kept from reaching
 -- this visitor (the caller asks again).
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admit, counts, free_room, housekeep, int, keep_alive, lane_key,
+-- uses: lane_of, lane_place, lanes_length, next_seq, place_ended, place_of,
+-- uses: promote, promotes, queue_length, read_last_seq, save_last_seq,
+-- uses: session_of, stable_seq, tail_find, tail_place, touch_poll,
+-- uses: used_places
 local op, visitor, lane = c.argv[ARG_OP], c.argv[ARG_VISITOR], tonumber(c.argv[ARG_LANE])
 local key = lane_key(c, lane)
 local state, method = c.p.state, c.p.method

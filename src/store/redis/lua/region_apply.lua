@@ -14,6 +14,9 @@
 -- is made here first (never below the active sessions) and reported after.
 -- Returns {g_raised, g_lowered, slots given back now, r_raised, r_lowered,
 -- tokens given back now}.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: counts, housekeep, int, promote
 
 -- One grant: ours and the global store's totals taken together (the
 -- larger of each), then lowered toward `target` (-1: keep), never below

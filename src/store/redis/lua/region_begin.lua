@@ -10,6 +10,9 @@
 -- admission-token totals), then (rank, seq) pairs sampling the queue}.
 -- No promotion here: whom the region may let in depends on the bound the
 -- global store is about to send (region_apply promotes).
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: counts, housekeep, int, queue_length, seq_at
 local k, ARGV = c.k, c.argv
 housekeep(c)
 local turn = tonumber(redis.call('HGET', k.meta, 'g_sync_until') or '0')

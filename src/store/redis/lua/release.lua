@@ -10,6 +10,10 @@
 -- batches and the tail a bounded part a call, so no call holds Redis
 -- long however many there are). The room it frees goes to the queue in
 -- the next operation's promotion, as with every other change.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batch_find, batch_leave, batch_scan, gone_of, housekeep, int,
+-- uses: lane_key, lane_of, marked, promote, session_of, waiting_seq
 local visitor = c.argv[ARG_VISITOR]
 local expiry_min = c.argv[ARG_EXPIRY_MIN] ~= '' and c.argv[ARG_EXPIRY_MIN] or nil
 local expiry_max = c.argv[ARG_EXPIRY_MAX] ~= '' and c.argv[ARG_EXPIRY_MAX] or nil

@@ -3,6 +3,9 @@
 -- every queue ticket at or below it is void. Sessions are ended (moved to
 -- `ended` with their expiry), so their tickets cannot re-create them at
 -- check-in; everything else goes, but for `meta`, which keeps the floor.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batched_sessions, each_tail_chunk, int, lane_key
 local k = c.k
 redis.call('ZUNIONSTORE', k.ended, 2, k.ended, k.sessions, 'AGGREGATE', 'MAX')
 -- (Batched sessions end the same way; no mark of theirs is there before.)

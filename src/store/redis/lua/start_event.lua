@@ -11,6 +11,9 @@
 -- `stale_lo`/`stale_hi` keep the old range, so the queue description sends
 -- tickets that still carry an old seq to the scripts, which hand out the
 -- new one). Returns how many visitors were shuffled (0: already started).
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: drop, gone_of, int, refill
 local k, ARGV = c.k, c.argv
 local key = ARGV[ARG_EVENT]
 if redis.call('HGET', k.meta, 'event') == key then
