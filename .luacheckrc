@@ -21,4 +21,9 @@ files['deploy/haproxy/waitroom.lua'] = { std = 'lua51+haproxy' }
 -- whose POLICY_FIELDS line is 154 characters. Only that script's code
 -- lines may be that long; tests/lint.rs checks every source file's lines
 -- against 120 on its own.
-files['assembled/room_functions.lua'] = { max_code_line_length = 160 }
+-- The values of the enumerations wire.rs generates are all named, whether
+-- or not the Lua tells each apart (LANE_OP_UNSEEN, CAP_RATE_GRANT).
+files['assembled/room_functions.lua'] = {
+    max_code_line_length = 160,
+    ignore = { '211/LANE_OP_.*', '211/CAP_.*', '211/ARRIVE_.*' },
+}

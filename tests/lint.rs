@@ -1,8 +1,9 @@
 //! The Redis Lua passes luacheck as Redis runs it: the room functions'
 //! library as the crate assembles it (`function_library`: the generated
 //! constants, `lua/lib/*.lua`, then each room function inside its
-//! `register_function` wrapper), the global region scripts with the record
-//! codec in front (as `src/region/mod.rs` joins them), the scripts sent as
+//! `register_function` wrapper), the global region scripts with their
+//! argument positions and the record codec in front (`region::scripts`),
+//! the scripts sent as
 //! they are, and HAProxy's action. Settings: `.luacheckrc`, where the
 //! assembled scripts are named `assembled/<name>.lua`. luacheck (Debian's
 //! `lua-check`) must be installed: the test fails without it.
@@ -10,6 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use waitroom::region;
 use waitroom::store::redis::{function_library, Layout};
 
 const LUA: &str = "src/store/redis/lua";
@@ -22,11 +24,6 @@ const ALONE: [&str; 5] = [
     "note.lua",
     "epoch.lua",
 ];
-
-/// The global region scripts, each sent after `region_record.lua`
-/// (`region_script!` in `src/region/mod.rs`).
-const REGION_PRELUDE: &str = "region_record.lua";
-const REGION: [&str; 2] = ["region_sync.lua", "region_anywhere.lua"];
 
 /// Every `.lua` file under `src/store/redis/lua/`, as paths from the root.
 fn sources(root: &Path) -> Vec<String> {
@@ -73,15 +70,13 @@ fn luacheck(root: &Path, args: &[&str]) -> Vec<String> {
 #[test]
 fn the_lua_passes_luacheck_as_redis_runs_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |name: &str| std::fs::read_to_string(root.join(LUA).join(name)).unwrap();
 
     // The assembled scripts, by the name .luacheckrc knows them by.
     let mut assembled = vec![(
         "assembled/room_functions.lua".to_owned(),
         function_library(&Layout::production()),
     )];
-    for name in REGION {
-        let text = format!("{}\n{}", read(REGION_PRELUDE), read(name));
+    for (name, text) in region::scripts() {
         assembled.push((format!("assembled/{name}"), text));
     }
 

@@ -28,21 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// A global region script: the record codec (`region_record.lua`) in front
-/// of it, as `lua/lib/` is for the room scripts.
-macro_rules! region_script {
-    ($file:literal) => {
-        concat!(
-            include_str!("../store/redis/lua/region_record.lua"),
-            "\n",
-            include_str!(concat!("../store/redis/lua/", $file))
-        )
-    };
-}
+mod global;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Script, Value};
 use tokio::sync::watch;
 
 use crate::clock::Millis;
@@ -53,6 +43,8 @@ use crate::store::redis::region::{Anywhere, Bound, RateGrant};
 use crate::store::redis::{bounded, map_error, RedisStore};
 use crate::store::{StoreError, SEQ_PER_MS};
 use crate::telemetry::Telemetry;
+use global::GlobalCall;
+pub use global::Taken;
 
 /// Share of the free slots (permille) left in the Anywhere pool at each
 /// sync rather than handed to a region (measured: see docs/regions.md).
@@ -137,6 +129,7 @@ impl Region {
         telemetry: Option<Arc<Telemetry>>,
     ) -> Result<Self, StoreError> {
         let client = redis::Client::open(config.global_url.as_str()).map_err(|e| map_error(&e))?;
+        let [(_, sync), (_, anywhere)] = scripts();
         Ok(Self {
             name: Arc::from(config.name.as_str()),
             client,
@@ -144,8 +137,8 @@ impl Region {
             request_timeout,
             sync_interval: config.sync_interval,
             reserve_permille: DEFAULT_RESERVE_PERMILLE,
-            sync: Script::new(region_script!("region_sync.lua")),
-            anywhere: Script::new(region_script!("region_anywhere.lua")),
+            sync: Script::new(&sync),
+            anywhere: Script::new(&anywhere),
             degraded: AtomicBool::new(false),
             telemetry,
             rounds: watch::Sender::new(0),
@@ -250,21 +243,24 @@ impl Region {
         let Some(snap) = store.region_begin(room, now_ms, turn_ms, force).await? else {
             return Ok(Synced::Skipped);
         };
-        let mut inv = self.global_call(&self.sync, room, now_ms);
-        inv.arg(self.reserve_permille)
-            .arg(snap.active)
-            .arg(snap.lowered)
-            .arg(snap.queued)
-            .arg(snap.head_seq)
-            .arg(snap.arrivals)
-            .arg(0)
-            .arg(snap.samples_text())
-            .arg(room.new_users_per_minute)
-            .arg(snap.window)
-            .arg(snap.rate_lowered);
+        let report = global::Sync {
+            reserve_permille: self.reserve_permille,
+            active: snap.active,
+            lowered: snap.lowered,
+            queued: snap.queued,
+            head_seq: snap.head_seq,
+            arrivals: snap.arrivals,
+            only_lowered: false,
+            samples: snap.samples_text(),
+            rate: room.new_users_per_minute,
+            window: snap.window,
+            rate_lowered: snap.rate_lowered,
+        };
         // Off the request path: a slow global store may take up to an interval.
         let timeout = self.sync_interval.max(self.request_timeout);
-        let reply = self.call(timeout, &inv).await.and_then(|v| decode_sync(&v));
+        let reply = self
+            .global(timeout, &self.sync, room, now_ms, &report)
+            .await;
         self.outcome(&reply);
         let reply = match reply {
             Ok(r) => r,
@@ -302,19 +298,17 @@ impl Region {
             .await?;
         if applied.given > 0 || applied.rate_given > 0 {
             // Given back here first; now the global store may hand them out.
-            let mut inv = self.global_call(&self.sync, room, now_ms);
-            inv.arg(self.reserve_permille)
-                .arg(0)
-                .arg(applied.lowered)
-                .arg(0)
-                .arg(0)
-                .arg(0)
-                .arg(1)
-                .arg("")
-                .arg(room.new_users_per_minute)
-                .arg(0)
-                .arg(applied.rate_lowered);
-            let r = self.call(timeout, &inv).await;
+            let given_back = global::Sync {
+                reserve_permille: self.reserve_permille,
+                lowered: applied.lowered,
+                only_lowered: true,
+                rate: room.new_users_per_minute,
+                rate_lowered: applied.rate_lowered,
+                ..global::Sync::default()
+            };
+            let r = self
+                .global(timeout, &self.sync, room, now_ms, &given_back)
+                .await;
             self.outcome(&r);
         }
         self.publish_grant(room, applied.grant());
@@ -338,47 +332,47 @@ impl Region {
         }
     }
 
-    /// A call of a global script about `room`, with the arguments every
-    /// one of them starts with: the room's key, the time, this region, the
-    /// room's limit and the lease.
-    fn global_call<'a>(
+    /// Runs `call` of a global script about `room`, bounded by `timeout`:
+    /// the room's key, the arguments every one of them starts with (the
+    /// time, this region, the room's limit and the lease), then its own.
+    async fn global<C: GlobalCall>(
         &self,
-        script: &'a Script,
+        timeout: Duration,
+        script: &Script,
         room: &RoomPolicy,
         now_ms: Millis,
-    ) -> ScriptInvocation<'a> {
+        call: &C,
+    ) -> Result<C::Reply, StoreError> {
         let mut inv = script.prepare_invoke();
-        inv.key(regions_key(&room.room))
-            .arg(now_ms)
-            .arg(self.name.as_ref())
-            .arg(room.total_active_users)
-            .arg(self.lease_ms());
-        inv
+        inv.key(regions_key(&room.room));
+        let common = [
+            now_ms.to_string(),
+            self.name.to_string(),
+            room.total_active_users.to_string(),
+            self.lease_ms().to_string(),
+        ];
+        let common = global::COMMON_ARGS.into_iter().zip(common).collect();
+        global::put(&mut inv, &global::COMMON_ARGS, common);
+        global::put(&mut inv, C::ARGS, call.args());
+        C::decode(&self.call(timeout, &inv).await?)
     }
 
     /// Asks the global store for up to `wanted` Anywhere slots of `room`
-    /// (and as many admission tokens, for a rated room); returns the
-    /// region's slot totals there, the slots given, the tokens given, and
-    /// the token totals there (the token target is `None`), as
-    /// [`Anywhere`] applies them.
+    /// (and as many admission tokens, for a rated room), as [`Anywhere`]
+    /// applies them.
     pub async fn take_anywhere(
         &self,
         room: &RoomPolicy,
         wanted: u64,
         now_ms: Millis,
-    ) -> Result<(u64, u64, u64, u64, RateGrant), StoreError> {
-        let mut inv = self.global_call(&self.anywhere, room, now_ms);
-        inv.arg(wanted).arg(room.new_users_per_minute);
-        let reply = self.call(self.request_timeout, &inv).await;
-        let reply = reply.and_then(|v| {
-            let [raised, returned, given, rate_raised, rate_returned, rate_given] = six(&v)?;
-            let rate = RateGrant {
-                raised: rate_raised,
-                returned: rate_returned,
-                target: None,
-            };
-            Ok((raised, returned, given, rate_given, rate))
-        });
+    ) -> Result<Taken, StoreError> {
+        let call = global::Anywhere {
+            wanted,
+            rate: room.new_users_per_minute,
+        };
+        let reply = self
+            .global(self.request_timeout, &self.anywhere, room, now_ms, &call)
+            .await;
         self.outcome(&reply);
         reply
     }
@@ -437,8 +431,13 @@ impl Anywhere for Region {
             // background sync finds out when the global store is back.
             return 0;
         }
-        let Ok((raised, returned, slots, tokens, rate)) =
-            self.take_anywhere(room, wanted, now_ms).await
+        let Ok(Taken {
+            raised,
+            returned,
+            slots,
+            tokens,
+            rate,
+        }) = self.take_anywhere(room, wanted, now_ms).await
         else {
             return 0;
         };
@@ -465,48 +464,25 @@ impl Anywhere for Region {
     }
 }
 
-fn protocol(what: &str, v: &Value) -> StoreError {
-    StoreError::Protocol(format!("{what}: unexpected reply {v:?}"))
-}
-
-fn int(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(i) => u64::try_from(*i).ok(),
-        _ => None,
-    }
-}
-
-fn six(v: &Value) -> Result<[u64; 6], StoreError> {
-    match v {
-        Value::Array(items) if items.len() == 6 => {
-            let mut out = [0; 6];
-            for (o, i) in out.iter_mut().zip(items) {
-                *o = int(i).ok_or_else(|| protocol("region_anywhere", v))?;
-            }
-            Ok(out)
-        }
-        _ => Err(protocol("region_anywhere", v)),
-    }
-}
-
-fn decode_sync(v: &Value) -> Result<SyncReply, StoreError> {
-    let Value::Array(items) = v else {
-        return Err(protocol("region_sync", v));
-    };
-    let n: Option<Vec<u64>> = items.iter().map(int).collect();
-    match n.as_deref() {
-        Some(&[raised, returned, target, bound, free, rate_raised, rate_returned, rate_target]) => {
-            Ok(SyncReply {
-                raised,
-                returned,
-                target,
-                bound,
-                free,
-                rate_raised,
-                rate_returned,
-                rate_target,
-            })
-        }
-        _ => Err(protocol("region_sync", v)),
-    }
+/// The global region scripts as they are sent (`lua/region_sync.lua`,
+/// `lua/region_anywhere.lua`, each after the argument positions and
+/// `lua/region_record.lua`), by file name: for tools that check the Lua
+/// (`tests/lint.rs`).
+pub fn scripts() -> [(&'static str, String); 2] {
+    [
+        (
+            "region_sync.lua",
+            global::script(
+                global::Sync::ARGS,
+                include_str!("../store/redis/lua/region_sync.lua"),
+            ),
+        ),
+        (
+            "region_anywhere.lua",
+            global::script(
+                global::Anywhere::ARGS,
+                include_str!("../store/redis/lua/region_anywhere.lua"),
+            ),
+        ),
+    ]
 }

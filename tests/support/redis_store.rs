@@ -38,26 +38,33 @@ pub fn is_admitted(v: &Verdict) -> bool {
     matches!(v, Verdict::Admitted { .. })
 }
 
-/// The room's key names (in its hash tag, so one Cluster slot).
+/// The room's key names (in its hash tag, so one Cluster slot), as the
+/// store declares them (`waitroom::store::redis::keys`).
 pub mod keys {
+    use waitroom::store::redis::keys::{self, room_key};
+
     pub fn meta(room: &str) -> String {
-        format!("wr:{{{room}}}:meta")
+        room_key(room, "meta")
     }
     pub fn queue(room: &str) -> String {
-        format!("wr:{{{room}}}:queue")
+        room_key(room, "queue")
     }
     pub fn polls(room: &str) -> String {
-        format!("wr:{{{room}}}:polls")
+        room_key(room, "polls")
     }
     pub fn sessions(room: &str) -> String {
-        format!("wr:{{{room}}}:sessions")
+        room_key(room, "sessions")
     }
     pub fn tail(room: &str) -> String {
-        format!("wr:{{{room}}}:tail")
+        room_key(room, "tail")
     }
     /// Priority lane `n` (1 ..).
     pub fn lane(room: &str, n: usize) -> String {
-        format!("wr:{{{room}}}:lane:{n}")
+        keys::lane(room, n)
+    }
+    /// Chunk `n` of the tail's ids.
+    pub fn tail_chunk(room: &str, n: u64) -> String {
+        keys::tail_chunk(room, n)
     }
 }
 

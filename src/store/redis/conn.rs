@@ -15,9 +15,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, ScriptInvocation, Value};
 
 use super::arrivals::Arrivals;
+use super::calls::{Args, Call};
 use super::frontier::{self, Frontiers};
-use super::library::{self, Library, RoomFn};
+use super::library::{self, Library};
 use super::server::OFFSET_UNKNOWN;
+use super::wire::CapKind;
 use super::{follow, key_ttl_ms, wire, Inner, Layout, Options, RedisStore, Scripts, Target};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError};
@@ -295,31 +297,34 @@ impl Inner {
         result
     }
 
-    /// A room function call with the policy, `now` and a deadline as its
-    /// leading arguments (see `lua/lib/ctx.lua`).
-    pub(super) fn room_call(
+    /// A room function call: `now`, the policy and a deadline (see
+    /// `lua/lib/ctx.lua`), then `call`'s own arguments.
+    pub(super) fn room_call<C: Call>(
         &self,
-        function: RoomFn,
+        call: &C,
         keys: &[String],
         room: &RoomPolicy,
         now_ms: Millis,
         deadline_us: i64,
     ) -> redis::Cmd {
         self.know(room);
-        let mut inv = self.library.call(function, keys);
+        let mut inv = self.library.call(C::FN, keys);
         // The region's grants, kept in the regional store (`region`): of
         // sessions and admission tokens, or of tokens alone for a room
         // without a capacity limit.
-        let cap: &dyn std::fmt::Display = if !self.regional(room) {
-            &room.total_active_users
+        let cap_kind = if !self.regional(room) {
+            CapKind::Room
         } else if room.total_active_users > 0 {
-            &"grant"
+            CapKind::Grant
         } else {
-            &"rate_grant"
+            CapKind::RateGrant
         };
         // One argument, parsed once per distinct string (`lua/lib/ctx.lua`).
-        let policy = wire::policy_arg(room, cap, key_ttl_ms(room));
+        let policy = wire::policy_arg(room, cap_kind, key_ttl_ms(room));
         inv.arg(now_ms).arg(policy).arg(deadline_us);
+        let mut args = Args::new(&mut inv, C::ARGS);
+        call.put(&mut args);
+        args.finish();
         inv
     }
 }

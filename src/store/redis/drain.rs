@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::arrivals::{self, Waiter};
-use super::library::RoomFn;
-use super::wire::decode_verdicts;
+use super::calls::{Arrive, Call};
+use super::wire::ArriveFlags;
 use super::{Inner, RedisStore, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{Arrival, QueueingMethod, RoomPolicy, StoreError, Verdict, VisitorId};
@@ -17,31 +17,6 @@ use crate::store::{Arrival, QueueingMethod, RoomPolicy, StoreError, Verdict, Vis
 /// `Inner::arrive_anywhere`): each further one only after the slots the
 /// last one gave were taken meanwhile (by another instance's newcomers).
 const ANYWHERE_TRIES: u32 = 3;
-
-/// How `lua/arrive_many.lua` decides a batch (its ARGV[4]).
-#[derive(Clone, Copy)]
-struct Flags {
-    /// Hold back whoever finds the region's grant used up (region mode).
-    hold: bool,
-    /// Every id was just made ([`Arrival::New`]): look nobody up.
-    fresh: bool,
-    /// Every id was just made or not seen lately
-    /// ([`Arrival::Unseen`]): the tail is not read.
-    unseen: bool,
-}
-
-impl Flags {
-    fn arg(self) -> &'static str {
-        match (self.hold, self.fresh, self.unseen) {
-            (false, true, _) => "n",
-            (true, true, _) => "hn",
-            (false, false, true) => "u",
-            (true, false, true) => "hu",
-            (false, false, false) => "-",
-            (true, false, false) => "h",
-        }
-    }
-}
 
 impl RedisStore {
     /// Joins the room's next arrival batch and waits for its verdict.
@@ -105,7 +80,7 @@ impl Inner {
             let hold = self.regional(&policy)
                 && policy.method != QueueingMethod::Passthrough
                 && batch[0].asked < ANYWHERE_TRIES;
-            let flags = Flags {
+            let flags = ArriveFlags {
                 hold,
                 fresh: batch.iter().all(|w| w.kind == Arrival::New),
                 unseen: batch.iter().all(|w| w.kind != Arrival::Known),
@@ -160,16 +135,12 @@ impl Inner {
         now: Millis,
         deadline: i64,
         visitors: &[VisitorId],
-        flags: Flags,
+        flags: ArriveFlags,
     ) -> Result<Vec<Option<Verdict>>, StoreError> {
         let keys = RoomKeys::new(&policy.room);
-        let mut inv = self.room_call(RoomFn::Arrive, &keys.0, policy, now, deadline);
-        inv.arg(flags.arg());
-        for v in visitors {
-            inv.arg(v.to_hex());
-        }
-        let reply = self.run_room(&inv).await?;
-        decode_verdicts(&reply, visitors.len())
+        let call = Arrive { flags, visitors };
+        let inv = self.room_call(&call, &keys.0, policy, now, deadline);
+        call.decode(&self.run_room(&inv).await?)
     }
 
     /// New visitors who found the region's slots used up: ask the global

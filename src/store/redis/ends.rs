@@ -5,10 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
-use super::library::RoomFn;
-use super::wire::protocol;
+use super::calls::{Call, Release, Released};
 use super::{Inner, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError, VisitorId};
@@ -123,22 +120,21 @@ impl Inner {
         let mut cursor = String::from("b:0");
         // Each part is bounded; so is their number (a room of ten million).
         for _ in 0..100_000 {
-            let mut inv =
-                self.room_call(RoomFn::Release, &keys.0, room, now_ms, self.deadline_us());
-            inv.arg(&hex).arg(&min).arg(&max).arg(&cursor);
-            match self.run_room(&inv).await? {
-                Value::Int(0) => return Ok(false),
-                Value::Int(1) => {
+            let call = Release {
+                visitor: &hex,
+                expiry_min: &min,
+                expiry_max: &max,
+                cursor: &cursor,
+            };
+            let inv = self.room_call(&call, &keys.0, room, now_ms, self.deadline_us());
+            match call.decode(&self.run_room(&inv).await?)? {
+                Released::Done(false) => return Ok(false),
+                Released::Done(true) => {
                     // Its ticket must now get "ended", which only the function says.
                     self.frontiers.forget(&room.room);
                     return Ok(true);
                 }
-                Value::Array(next) => match next.as_slice() {
-                    [Value::BulkString(b)] => cursor = String::from_utf8_lossy(b).into_owned(),
-                    [Value::SimpleString(s)] => cursor = s.clone(),
-                    _ => return Err(protocol("release", &Value::Array(next))),
-                },
-                v => return Err(protocol("release", &v)),
+                Released::Next(next) => cursor = next,
             }
         }
         Err(StoreError::Protocol(

@@ -5,7 +5,8 @@
 //! shared code in `lua/lib/` (each file names, in its header, the keys it
 //! reads and writes and the invariants it keeps), then each room function
 //! from `lua/*.lua`, registered as a function that begins with `begin`
-//! (its context `c`, or a refusal). Sent as scripts, Redis would build the
+//! (its context `c`, or a refusal) and the positions of its own arguments
+//! (`ARG_<NAME>`, named in `calls.rs`). Sent as scripts, Redis would build the
 //! helpers again before every call, which cost about 60,000 instructions a
 //! call: more than a whole batch of admissions. In a library they are
 //! built once, when the library is loaded.
@@ -20,7 +21,8 @@
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Value};
 
-use super::wire::{lua_constants, Layout};
+use super::calls::{self, Call};
+use super::wire::{arg_constant, lua_constants, Layout, COMMON_ARGS};
 use crate::store::StoreError;
 
 /// What a writing call waits for: `replicas` acknowledgements of its
@@ -65,45 +67,94 @@ const LIB: [(&str, &str); 7] = [
     ("room", include_str!("lua/lib/room.lua")),
 ];
 
-/// One room function: its name, and its file (run with the call's context `c`).
-const ROOM_SCRIPTS: [(RoomFn, &str, &str); 12] = [
+/// One room function: its name, its own arguments' names (`calls.rs`),
+/// and its file (run with the call's context `c`).
+type RoomScript = (RoomFn, &'static str, &'static [&'static str], &'static str);
+
+const ROOM_SCRIPTS: [RoomScript; 12] = [
     (
         RoomFn::Arrive,
         "arrive",
+        calls::Arrive::ARGS,
         include_str!("lua/arrive_many.lua"),
     ),
-    (RoomFn::Poll, "poll", include_str!("lua/poll.lua")),
-    (RoomFn::Lane, "lane", include_str!("lua/lane.lua")),
+    (
+        RoomFn::Poll,
+        "poll",
+        calls::Poll::ARGS,
+        include_str!("lua/poll.lua"),
+    ),
+    (
+        RoomFn::Lane,
+        "lane",
+        calls::Lane::ARGS,
+        include_str!("lua/lane.lua"),
+    ),
     (
         RoomFn::CheckIn,
         "check_in",
+        calls::CheckIn::ARGS,
         include_str!("lua/check_in.lua"),
     ),
-    (RoomFn::Release, "release", include_str!("lua/release.lua")),
-    (RoomFn::Stats, "stats", include_str!("lua/stats.lua")),
+    (
+        RoomFn::Release,
+        "release",
+        calls::Release::ARGS,
+        include_str!("lua/release.lua"),
+    ),
+    (
+        RoomFn::Stats,
+        "stats",
+        calls::Stats::ARGS,
+        include_str!("lua/stats.lua"),
+    ),
     (
         RoomFn::Frontier,
         "frontier",
+        calls::Frontier::ARGS,
         include_str!("lua/frontier.lua"),
     ),
     (
         RoomFn::StartEvent,
         "start_event",
+        calls::StartEvent::ARGS,
         include_str!("lua/start_event.lua"),
     ),
     (
         RoomFn::RegionBegin,
         "region_begin",
+        calls::RegionBegin::ARGS,
         include_str!("lua/region_begin.lua"),
     ),
     (
         RoomFn::RegionApply,
         "region_apply",
+        calls::RegionApply::ARGS,
         include_str!("lua/region_apply.lua"),
     ),
-    (RoomFn::Reset, "reset", include_str!("lua/reset.lua")),
-    (RoomFn::Check, "check", include_str!("lua/check.lua")),
+    (
+        RoomFn::Reset,
+        "reset",
+        calls::Reset::ARGS,
+        include_str!("lua/reset.lua"),
+    ),
+    (
+        RoomFn::Check,
+        "check",
+        calls::Check::ARGS,
+        include_str!("lua/check.lua"),
+    ),
 ];
+
+/// The positions of a function's own arguments, `ARG_<NAME>`, from the
+/// first after the common ones (`wire::COMMON_ARGS`).
+fn arg_positions(args: &[&str]) -> String {
+    let first = COMMON_ARGS.len() + 1;
+    args.iter()
+        .enumerate()
+        .map(|(i, name)| format!("local {} = {}\n", arg_constant(name), first + i))
+        .collect()
+}
 
 /// The room functions.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -137,7 +188,8 @@ impl Library {
             shared.push_str(file);
         }
         let mut source = shared.clone();
-        for (_, _, body) in ROOM_SCRIPTS {
+        for (_, _, args, body) in ROOM_SCRIPTS {
+            source.push_str(&arg_positions(args));
             source.push_str(body);
         }
         // A short hash is enough to tell versions apart; the code is ours.
@@ -145,16 +197,17 @@ impl Library {
         let version = &hash[..12];
         let mut code = format!("#!lua name=waitroom_{version}\n{shared}\n");
         let mut names = Vec::with_capacity(ROOM_SCRIPTS.len());
-        for (i, (f, name, body)) in ROOM_SCRIPTS.into_iter().enumerate() {
+        for (i, (f, name, args, body)) in ROOM_SCRIPTS.into_iter().enumerate() {
             debug_assert_eq!(f as usize, i);
             let name = format!("waitroom_{version}_{name}");
             // `begin` refuses a call whose caller gave up on it, or that
             // would decide on a layout or settings this call cannot trust.
+            let positions = arg_positions(args);
             code.push_str(&format!(
                 "redis.register_function('{name}', function(keys, args)\n\
                  local c = begin(keys, args)\n\
                  if c.refused then return c.refused end\n\
-                 {body}\nend)\n"
+                 {positions}{body}\nend)\n"
             ));
             names.push(name);
         }
@@ -243,16 +296,92 @@ fn missing_function(e: &RedisError) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
     fn every_function_is_registered_under_its_versioned_name() {
         let lib = Library::new(&Layout::production());
         assert!(lib.code().starts_with("#!lua name=waitroom_"));
-        for (f, name, _) in ROOM_SCRIPTS {
+        for (f, name, _, _) in ROOM_SCRIPTS {
             let full = &lib.names[f as usize];
             assert!(full.ends_with(&format!("_{name}")), "{full}");
             assert!(lib.code().contains(&format!("register_function('{full}'")));
+        }
+    }
+
+    #[test]
+    fn every_function_reads_its_arguments_by_name() {
+        let code = |text: &str| crate::store::redis::wire::tests::code_of(text);
+        let lib: Vec<&str> = LIB.iter().map(|(_, text)| *text).collect();
+        let bodies = ROOM_SCRIPTS.iter().map(|(_, _, _, body)| *body);
+        for text in lib.iter().copied().chain(bodies) {
+            let code = code(text);
+            for read in ["argv[", "ARGV["] {
+                for (at, _) in code.match_indices(read) {
+                    let next = code[at + read.len()..].chars().next();
+                    assert!(
+                        !next.is_some_and(|c| c.is_ascii_digit()),
+                        "an argument read by number: {}",
+                        &code[at..(at + 20).min(code.len())]
+                    );
+                }
+            }
+        }
+        for (_, name, args, body) in ROOM_SCRIPTS {
+            let code = code(body);
+            for arg in args {
+                let constant = arg_constant(arg);
+                assert!(code.contains(&constant), "{name} never reads {constant}");
+            }
+        }
+    }
+
+    /// The functions `text` defines (`local function name` / `function name`).
+    fn defined(text: &str) -> BTreeSet<&str> {
+        text.lines()
+            .filter_map(|l| {
+                l.strip_prefix("local function ")
+                    .or_else(|| l.strip_prefix("function "))
+            })
+            .filter_map(|l| l.split('(').next())
+            .map(str::trim)
+            .collect()
+    }
+
+    /// Whether `code` calls `name` (not a field or method of that name).
+    fn calls(code: &str, name: &str) -> bool {
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        code.match_indices(name).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            let after = code[at + name.len()..].trim_start();
+            !before.is_some_and(|c| ident(c) || c == '.' || c == ':') && after.starts_with('(')
+        })
+    }
+
+    #[test]
+    fn each_function_names_the_lib_helpers_it_calls() {
+        let helpers: BTreeSet<&str> = LIB.iter().flat_map(|(_, text)| defined(text)).collect();
+        for (_, name, _, body) in ROOM_SCRIPTS {
+            let named: BTreeSet<&str> = body
+                .lines()
+                .filter_map(|l| l.strip_prefix("-- uses:"))
+                .flat_map(|l| l.split(','))
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            let own = defined(body);
+            let code = crate::store::redis::wire::tests::code_of(body);
+            let called: BTreeSet<&str> = helpers
+                .iter()
+                .copied()
+                .filter(|h| !own.contains(h) && calls(&code, h))
+                .collect();
+            assert_eq!(
+                named, called,
+                "{name}: its header's `-- uses:` lines must name the lib helpers it calls"
+            );
         }
     }
 

@@ -30,17 +30,20 @@
 //! * `ends`: ending sessions, and ending them again after a loss;
 //! * `region`: region mode's regional half;
 //! * `library`: the room functions; `wire`: their arguments and answers;
-//!   `follow`: the primary the Sentinels name, across failovers.
+//!   `keys`: the names of a room's keys; `follow`: the primary the
+//!   Sentinels name, across failovers.
 //!
 //! This file keeps the types, the room's key names and the `Store` and
 //! `Maintenance` impls, which call into the files above.
 
 mod arrivals;
+mod calls;
 mod conn;
 mod drain;
 mod ends;
 mod follow;
 pub(crate) mod frontier;
+pub mod keys;
 mod library;
 mod poll;
 pub(crate) mod region;
@@ -61,14 +64,15 @@ use redis::{Script, Value};
 
 use super::{
     Arrival, End, EventStart, Maintenance, Millis, Noted, RoomOverrides, RoomPolicy, RoomStats,
-    RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES, RATE_WINDOW_MS,
+    RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use arrivals::Arrivals;
+use calls::Call;
 use conn::{Connection, Handle};
 use ends::{Expiry, RecentEnd};
 use frontier::Frontiers;
-use library::{Library, RoomFn};
-use wire::{as_u64, ints, protocol};
+use library::Library;
+use wire::{as_u64, ints, protocol, LaneOp};
 
 /// How long room keys outlive the longest-lived thing in them, so an idle
 /// room disappears on its own but a live one never loses state to expiry.
@@ -203,23 +207,7 @@ struct RoomKeys([String; 10]);
 
 impl RoomKeys {
     fn new(room: &str) -> Self {
-        Self(
-            [
-                "sessions", "queue", "polls", "admits", "meta", "ended", "places", "tail",
-                "tail_ids", "batches",
-            ]
-            .map(|part| format!("wr:{{{room}}}:{part}")),
-        )
-    }
-
-    /// A set of [`Store::note`]; it expires with its last member.
-    fn note(room: &str, set: &str) -> String {
-        format!("wr:{{{room}}}:note:{set}")
-    }
-
-    /// Kept apart from the room's state: `reset` leaves it alone and it has no TTL.
-    fn overrides(room: &str) -> String {
-        format!("wr:{{{room}}}:overrides")
+        Self(keys::PASSED.map(|name| keys::room_key(room, name)))
     }
 
     fn meta(&self) -> &str {
@@ -247,14 +235,14 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         // The general queue's arrivals go through the batches (drain.rs), a
-        // lane's through `lua/lane.lua` (op `a`, `n` or `u` as `kind`).
+        // lane's through `lua/lane.lua` (its op as `kind`).
         if crate::store::lane_index(room, lane)? == 0 {
             return self.arrive_in_batch(room, visitor, kind, now_ms).await;
         }
         let op = match kind {
-            Arrival::Known => "a",
-            Arrival::New => "n",
-            Arrival::Unseen => "u",
+            Arrival::Known => LaneOp::Arrive,
+            Arrival::New => LaneOp::ArriveNew,
+            Arrival::Unseen => LaneOp::ArriveUnseen,
         };
         self.inner.in_lane(room, visitor, lane, op, 0, now_ms).await
     }
@@ -271,7 +259,7 @@ impl Store for RedisStore {
             0 => self.poll_general(room, visitor, seq, now_ms).await,
             _ => {
                 self.inner
-                    .in_lane(room, visitor, lane, "p", seq, now_ms)
+                    .in_lane(room, visitor, lane, LaneOp::Poll, seq, now_ms)
                     .await
             }
         }
@@ -286,12 +274,12 @@ impl Store for RedisStore {
     ) -> Result<Option<Millis>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::CheckIn, &keys.0, room, now_ms, inner.deadline_us());
-        inv.arg(visitor.to_hex()).arg(ticket_expires_ms);
-        match inner.run_room(&inv).await? {
-            Value::Nil => Ok(None),
-            v => as_u64(&v).map(Some).ok_or_else(|| protocol("check_in", &v)),
-        }
+        let call = calls::CheckIn {
+            visitor,
+            ticket_expires_ms,
+        };
+        let inv = inner.room_call(&call, &keys.0, room, now_ms, inner.deadline_us());
+        call.decode(&inner.run_room(&inv).await?)
     }
 
     async fn end(
@@ -316,32 +304,8 @@ impl Store for RedisStore {
     async fn stats(&self, room: &RoomPolicy, now_ms: Millis) -> Result<RoomStats, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let inv = inner.room_call(RoomFn::Stats, &keys.0, room, now_ms, 0);
-        let reply = inner.run_room(&inv).await?;
-        let bad = || protocol("stats", &reply);
-        let Value::Array(items) = &reply else {
-            return Err(bad());
-        };
-        let [active, queued, admitted, oldest, lanes @ ..] = items.as_slice() else {
-            return Err(bad());
-        };
-        let mut lane_queued = [0; MAX_LANES];
-        for (n, v) in lane_queued.iter_mut().zip(lanes) {
-            *n = as_u64(v).ok_or_else(bad)?;
-        }
-        let count = |v: &Value| as_u64(v).ok_or_else(bad);
-        // -1 stands for an empty window.
-        let oldest_admission_ms = match oldest {
-            Value::Int(-1) => None,
-            v => Some(count(v)?),
-        };
-        Ok(RoomStats {
-            active: count(active)?,
-            queued: count(queued)?,
-            admitted_last_minute: count(admitted)?,
-            oldest_admission_ms,
-            lane_queued,
-        })
+        let inv = inner.room_call(&calls::Stats, &keys.0, room, now_ms, 0);
+        calls::Stats.decode(&inner.run_room(&inv).await?)
     }
 
     async fn totals(&self, room: &RoomPolicy) -> Result<RoomTotals, StoreError> {
@@ -360,11 +324,11 @@ impl Store for RedisStore {
 
     async fn reset(&self, room: &RoomPolicy, now_ms: Millis) -> Result<(), StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self
-            .inner
-            .room_call(RoomFn::Reset, &keys.0, room, now_ms, 0);
-        inv.arg(super::next_seq(now_ms, 0));
-        self.inner.run_room(&inv).await?;
+        let call = calls::Reset {
+            floor: super::next_seq(now_ms, 0),
+        };
+        let inv = self.inner.room_call(&call, &keys.0, room, now_ms, 0);
+        call.decode(&self.inner.run_room(&inv).await?)?;
         self.inner.frontiers.forget(&room.room);
         Ok(())
     }
@@ -376,17 +340,16 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<u64, StoreError> {
         let keys = RoomKeys::new(&room.room);
-        let mut inv = self
-            .inner
-            .room_call(RoomFn::StartEvent, &keys.0, room, now_ms, 0);
-        inv.arg(event.key.as_str())
-            .arg(event.prequeue_seq)
-            .arg(event.start_seq)
-            .arg(u8::from(event.shuffle))
+        let call = calls::StartEvent {
+            key: event.key.as_str(),
+            prequeue_seq: event.prequeue_seq,
+            start_seq: event.start_seq,
+            shuffle: event.shuffle,
             // Redis seeds its script generator with 32 bits.
-            .arg(crate::store::minstd_seed(event.seed));
-        let reply = self.inner.run_room(&inv).await?;
-        let moved = as_u64(&reply).ok_or_else(|| protocol("start_event", &reply))?;
+            seed: crate::store::minstd_seed(event.seed),
+        };
+        let inv = self.inner.room_call(&call, &keys.0, room, now_ms, 0);
+        let moved = call.decode(&self.inner.run_room(&inv).await?)?;
         if moved > 0 {
             self.inner.frontiers.forget(&room.room);
         }
@@ -395,7 +358,7 @@ impl Store for RedisStore {
 
     async fn forget(&self, room: &str, set: &str, members: &[u64]) -> Result<u64, StoreError> {
         let mut inv = self.inner.scripts.note.prepare_invoke();
-        inv.key(RoomKeys::note(room, set)).arg(0).arg("-");
+        inv.key(keys::note(room, set)).arg(0).arg("-");
         for m in members {
             inv.arg(*m);
         }
@@ -418,7 +381,7 @@ impl Store for RedisStore {
         now_ms: Millis,
     ) -> Result<Noted, StoreError> {
         let mut inv = self.inner.scripts.note.prepare_invoke();
-        inv.key(RoomKeys::note(room, set)).arg(now_ms).arg(until_ms);
+        inv.key(keys::note(room, set)).arg(now_ms).arg(until_ms);
         for m in members {
             inv.arg(*m);
         }
@@ -437,7 +400,7 @@ impl Store for RedisStore {
 
     async fn overrides(&self, room: &str) -> Result<Option<RoomOverrides>, StoreError> {
         let mut inv = self.inner.scripts.overrides.prepare_invoke();
-        inv.key(RoomKeys::overrides(room));
+        inv.key(keys::overrides(room));
         match self.inner.run(&inv).await? {
             Value::Nil => Ok(None),
             Value::BulkString(json) => serde_json::from_slice(&json)
@@ -453,7 +416,7 @@ impl Store for RedisStore {
         overrides: Option<&RoomOverrides>,
     ) -> Result<(), StoreError> {
         let mut inv = self.inner.scripts.set_overrides.prepare_invoke();
-        inv.key(RoomKeys::overrides(room))
+        inv.key(keys::overrides(room))
             .key(RoomKeys::new(room).meta());
         if let Some(o) = overrides {
             let json = serde_json::to_string(o)
@@ -470,19 +433,9 @@ impl Maintenance for RedisStore {
         let keys = RoomKeys::new(&room.room);
         let inv = self
             .inner
-            .room_call(RoomFn::Check, &keys.0, room, now_ms, 0);
+            .room_call(&calls::Check, &keys.0, room, now_ms, 0);
         // It only reads: no acknowledgements to wait for.
-        match self.inner.run_room_acked(&inv, None).await? {
-            Value::Array(items) => items
-                .iter()
-                .map(|v| match v {
-                    Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-                    Value::SimpleString(s) => Ok(s.clone()),
-                    v => Err(protocol("check", v)),
-                })
-                .collect(),
-            v => Err(protocol("check", &v)),
-        }
+        calls::Check.decode(&self.inner.run_room_acked(&inv, None).await?)
     }
 
     fn answers(&self) -> Option<u64> {

@@ -7,9 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::calls::{self, Call, Step};
 use super::conn::Connection;
-use super::library::RoomFn;
-use super::wire::{self, decode_description, decode_verdict};
+use super::wire::LaneOp;
 use super::{frontier, Inner, RedisStore, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{QueueingMethod, RoomPolicy, RoomState, StoreError, Verdict, VisitorId};
@@ -66,11 +66,9 @@ impl RedisStore {
         let cluster = matches!(inner.conn, Connection::Cluster(_));
         let acks = if cluster { inner.acks } else { None };
         for _ in 0..MAX_POLL_ROUNDS {
-            let mut inv = inner.room_call(RoomFn::Poll, &keys.0, room, now_ms, inner.deadline_us());
-            inv.arg(visitor.to_hex()).arg(seq);
-            let reply = inner.run_room_acked(&inv, acks).await?;
-            if !wire::is_more(&reply) {
-                let verdict = decode_verdict(&reply)?;
+            let call = calls::Poll { visitor, seq };
+            let inv = inner.room_call(&call, &keys.0, room, now_ms, inner.deadline_us());
+            if let Step::Done(verdict) = call.decode(&inner.run_room_acked(&inv, acks).await?)? {
                 if !cluster && matches!(verdict, Verdict::Admitted { .. }) {
                     inner.acknowledged().await?;
                 }
@@ -84,8 +82,8 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// A visitor arrives in (`op` "a", or "n" for an id just made) or
-    /// polls from (`op` "p", with its ticket's `seq`) priority lane `lane`
+    /// A visitor arrives in or polls from (`LaneOp::Poll`, with its
+    /// ticket's `seq`) priority lane `lane`
     /// (`lua/lane.lua`). Asked again while the function answers `MORE`,
     /// as a poll is.
     pub(super) async fn in_lane(
@@ -93,17 +91,21 @@ impl Inner {
         room: &RoomPolicy,
         visitor: VisitorId,
         lane: u8,
-        op: &str,
+        op: LaneOp,
         seq: u64,
         now_ms: Millis,
     ) -> Result<Verdict, StoreError> {
         let keys = RoomKeys::new(&room.room);
         for _ in 0..MAX_POLL_ROUNDS {
-            let mut inv = self.room_call(RoomFn::Lane, &keys.0, room, now_ms, self.deadline_us());
-            inv.arg(op).arg(visitor.to_hex()).arg(lane).arg(seq);
-            let reply = self.run_room(&inv).await?;
-            if !wire::is_more(&reply) {
-                return decode_verdict(&reply);
+            let call = calls::Lane {
+                op,
+                visitor,
+                lane,
+                seq,
+            };
+            let inv = self.room_call(&call, &keys.0, room, now_ms, self.deadline_us());
+            if let Step::Done(verdict) = call.decode(&self.run_room(&inv).await?)? {
+                return Ok(verdict);
             }
         }
         Err(StoreError::Protocol(
@@ -120,20 +122,16 @@ impl Inner {
         seen: Vec<VisitorId>,
     ) {
         let mut keys = RoomKeys::new(&room.room).0.to_vec();
-        keys.push(RoomKeys::overrides(&room.room));
-        let mut inv = self.room_call(RoomFn::Frontier, &keys, room, now_ms, 0);
-        inv.arg(frontier::VALID_MS + frontier::SKEW_MS)
-            .arg(frontier::PRECISION)
-            .arg(self.frontier_min_queue.load(Ordering::Relaxed));
-        let at = now_ms.to_string();
-        for v in &seen {
-            inv.arg(v.to_hex()).arg(at.as_str());
-        }
-        let outcome = match self
-            .run_room(&inv)
-            .await
-            .and_then(|v| decode_description(&v, now_ms))
-        {
+        keys.push(super::keys::overrides(&room.room));
+        let call = calls::Frontier {
+            ahead_ms: frontier::VALID_MS + frontier::SKEW_MS,
+            precision: frontier::PRECISION,
+            min_queue: self.frontier_min_queue.load(Ordering::Relaxed),
+            polls: &seen,
+            now_ms,
+        };
+        let inv = self.room_call(&call, &keys, room, now_ms, 0);
+        let outcome = match self.run_room(&inv).await.and_then(|v| call.decode(&v)) {
             Ok(d) => Ok(d),
             Err(e) => {
                 tracing::debug!(room = %room.room, error = %e, "queue description not refreshed");

@@ -12,10 +12,9 @@
 //! global store's answers cannot raise a grant above what it granted.
 
 use async_trait::async_trait;
-use redis::Value;
 
-use super::library::RoomFn;
-use super::{ints, Inner, RedisStore, RoomKeys};
+use super::calls::{Call, RegionApply, RegionBegin};
+use super::{Inner, RedisStore, RoomKeys};
 use crate::clock::Millis;
 use crate::store::{RoomPolicy, StoreError};
 
@@ -140,36 +139,9 @@ impl RedisStore {
     ) -> Result<Option<Snapshot>, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::RegionBegin, &keys.0, room, now_ms, 0);
-        inv.arg(turn_ms).arg(u8::from(force));
-        let reply = inner.run_room(&inv).await?;
-        if matches!(reply, Value::Nil) {
-            return Ok(None);
-        }
-        let bad = || super::protocol("region_begin", &reply);
-        let Value::Array(items) = &reply else {
-            return Err(bad());
-        };
-        let nums: Vec<u64> = items
-            .iter()
-            .map(super::as_u64)
-            .collect::<Option<_>>()
-            .ok_or_else(bad)?;
-        if nums.len() < 9 || nums.len() % 2 != 1 {
-            return Err(bad());
-        }
-        Ok(Some(Snapshot {
-            active: nums[0],
-            raised: nums[1],
-            lowered: nums[2],
-            queued: nums[3],
-            head_seq: nums[4],
-            arrivals: nums[5],
-            window: nums[6],
-            rate_raised: nums[7],
-            rate_lowered: nums[8],
-            samples: nums[9..].chunks(2).map(|p| (p[0], p[1])).collect(),
-        }))
+        let call = RegionBegin { turn_ms, force };
+        let inv = inner.room_call(&call, &keys.0, room, now_ms, 0);
+        call.decode(&inner.run_room(&inv).await?)
     }
 
     /// Applies the global store's totals for this region (the larger of
@@ -190,32 +162,15 @@ impl RedisStore {
     ) -> Result<Applied, StoreError> {
         let inner = &self.inner;
         let keys = RoomKeys::new(&room.room);
-        let mut inv = inner.room_call(RoomFn::RegionApply, &keys.0, room, now_ms, 0);
-        inv.arg(raised).arg(returned);
-        match target {
-            Some(t) => inv.arg(t),
-            None => inv.arg(-1),
-        };
-        match bound {
-            Bound::Keep => inv.arg(-1).arg(0),
-            Bound::None => inv.arg(0).arg(0),
-            Bound::Seq { seq, until_ms } => inv.arg(seq).arg(until_ms),
-        };
-        inv.arg(rate.raised).arg(rate.returned);
-        match rate.target {
-            Some(t) => inv.arg(t),
-            None => inv.arg(-1),
-        };
-        let [raised, lowered, given, rate_raised, rate_lowered, rate_given] =
-            ints::<6>("region_apply", &inner.run_room(&inv).await?)?;
-        Ok(Applied {
+        let call = RegionApply {
             raised,
-            lowered,
-            given,
-            rate_raised,
-            rate_lowered,
-            rate_given,
-        })
+            returned,
+            target,
+            bound,
+            rate,
+        };
+        let inv = inner.room_call(&call, &keys.0, room, now_ms, 0);
+        call.decode(&inner.run_room(&inv).await?)
     }
 }
 

@@ -1,16 +1,20 @@
 //! The wire between Rust and the room functions, owned in one place: the
-//! layout version and sizes, the policy argument, the verdict tags and
-//! reject reasons, and the constants the Lua shares with the rest of the
-//! store (rate window, `seq` epoch). The Lua library gets them from
-//! [`lua_constants`], generated here and put before its code
-//! (`library.rs`), so nothing in the `.lua` files restates a number this
-//! side decodes.
+//! layout version and sizes, the policy argument and its cap kind, the
+//! verdict tags and reject reasons, the arrival flags and lane ops, the
+//! positions of the arguments every call starts with, the names of the
+//! keys the Lua forms (`keys.rs`), and the constants the Lua shares with
+//! the rest of the store (rate window, `seq` epoch). The Lua library gets
+//! them from [`lua_constants`], generated here and put before its code
+//! (`library.rs`), so nothing in the `.lua` files restates a number or a
+//! word this side decodes or sends. Each function's own arguments and
+//! its reply are in `calls.rs`.
 
 use std::collections::HashSet;
 
 use redis::Value;
 
 use super::frontier::Description;
+use super::keys;
 use crate::clock::Millis;
 use crate::store::{
     QueuePlace, QueueingMethod, RejectReason, RoomPolicy, RoomState, StoreError, Verdict,
@@ -149,8 +153,9 @@ fn reason_of(code: u64) -> Option<RejectReason> {
 /// The policy's fields in the order the `|`-joined policy argument carries
 /// them (`policy_arg`), named as the Lua reads them (`ctx.lua`'s
 /// `policy_of`).
-pub(super) const POLICY_FIELDS: [&str; 12] = [
-    "cap_field",
+pub(super) const POLICY_FIELDS: [&str; 13] = [
+    "cap",
+    "cap_kind",
     "rate",
     "session_ms",
     "renewal",
@@ -163,6 +168,155 @@ pub(super) const POLICY_FIELDS: [&str; 12] = [
     "revision",
     "lanes",
 ];
+
+/// What the policy's `cap` means (its `cap_kind` field; `lua/lib/ctx.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CapKind {
+    /// The room's capacity (0: unlimited).
+    Room,
+    /// Region mode: the region's grants of sessions and admission tokens,
+    /// kept in the regional store, limit instead (`region.rs`).
+    Grant,
+    /// Region mode for a room without a capacity limit: only its rate is a
+    /// grant.
+    RateGrant,
+}
+
+impl CapKind {
+    const ALL: [CapKind; 3] = [CapKind::Room, CapKind::Grant, CapKind::RateGrant];
+
+    fn text(self) -> &'static str {
+        match self {
+            CapKind::Room => "room",
+            CapKind::Grant => "grant",
+            CapKind::RateGrant => "rate_grant",
+        }
+    }
+
+    fn lua_name(self) -> &'static str {
+        match self {
+            CapKind::Room => "CAP_ROOM",
+            CapKind::Grant => "CAP_GRANT",
+            CapKind::RateGrant => "CAP_RATE_GRANT",
+        }
+    }
+}
+
+/// One of the flags of an `arrive` call (`lua/arrive_many.lua`): each set
+/// flag is one letter of the flags argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ArriveFlag {
+    /// Hold back whoever finds the region's grant used up (region mode).
+    Hold,
+    /// Every id was just made ([`Arrival::New`](crate::store::Arrival)):
+    /// look nobody up.
+    Fresh,
+    /// Every id was just made or not seen lately
+    /// ([`Arrival::Unseen`](crate::store::Arrival)): the tail is not read.
+    Unseen,
+}
+
+impl ArriveFlag {
+    const ALL: [ArriveFlag; 3] = [ArriveFlag::Hold, ArriveFlag::Fresh, ArriveFlag::Unseen];
+
+    fn letter(self) -> char {
+        match self {
+            ArriveFlag::Hold => 'h',
+            ArriveFlag::Fresh => 'n',
+            ArriveFlag::Unseen => 'u',
+        }
+    }
+
+    fn lua_name(self) -> &'static str {
+        match self {
+            ArriveFlag::Hold => "ARRIVE_HOLD",
+            ArriveFlag::Fresh => "ARRIVE_FRESH",
+            ArriveFlag::Unseen => "ARRIVE_UNSEEN",
+        }
+    }
+}
+
+/// The flags of one `arrive` call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct ArriveFlags {
+    pub hold: bool,
+    pub fresh: bool,
+    pub unseen: bool,
+}
+
+impl ArriveFlags {
+    /// The flags argument: the letters of the flags set (`unseen` is
+    /// implied by `fresh`, so not sent with it), `-` for none.
+    pub(super) fn encode(self) -> String {
+        let set = [
+            (ArriveFlag::Hold, self.hold),
+            (ArriveFlag::Fresh, self.fresh),
+            (ArriveFlag::Unseen, self.unseen && !self.fresh),
+        ];
+        let out: String = set
+            .into_iter()
+            .filter(|&(_, on)| on)
+            .map(|(flag, _)| flag.letter())
+            .collect();
+        if out.is_empty() {
+            "-".into()
+        } else {
+            out
+        }
+    }
+}
+
+/// What a `lane` call does (`lua/lane.lua`, its `op` argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LaneOp {
+    /// A visitor arrives.
+    Arrive,
+    /// A visitor arrives with an id just made: nobody to look up.
+    ArriveNew,
+    /// A visitor arrives with a stable id not seen lately: the tail is not read.
+    ArriveUnseen,
+    /// A queued visitor polls.
+    Poll,
+}
+
+impl LaneOp {
+    const ALL: [LaneOp; 4] = [
+        LaneOp::Arrive,
+        LaneOp::ArriveNew,
+        LaneOp::ArriveUnseen,
+        LaneOp::Poll,
+    ];
+
+    pub(super) fn letter(self) -> &'static str {
+        match self {
+            LaneOp::Arrive => "a",
+            LaneOp::ArriveNew => "n",
+            LaneOp::ArriveUnseen => "u",
+            LaneOp::Poll => "p",
+        }
+    }
+
+    fn lua_name(self) -> &'static str {
+        match self {
+            LaneOp::Arrive => "LANE_OP_ARRIVE",
+            LaneOp::ArriveNew => "LANE_OP_NEW",
+            LaneOp::ArriveUnseen => "LANE_OP_UNSEEN",
+            LaneOp::Poll => "LANE_OP_POLL",
+        }
+    }
+}
+
+/// The arguments every room function starts with, in order (`ARG_NOW`,
+/// ...; `lua/lib/ctx.lua`): the caller's time, the policy
+/// ([`policy_arg`]) and the deadline. A function's own follow
+/// (`calls.rs`).
+pub(super) const COMMON_ARGS: [&str; 3] = ["now", "policy", "deadline"];
+
+/// `ARG_<NAME>`: the Lua constant of argument `name` (without the `..`
+/// that marks a variadic last one).
+pub(super) fn arg_constant(name: &str) -> String {
+    format!("ARG_{}", name.trim_end_matches("..").to_uppercase())
+}
 
 pub(super) fn method_name(m: QueueingMethod) -> &'static str {
     match m {
@@ -183,15 +337,12 @@ pub(super) fn state_name(s: RoomState) -> &'static str {
 }
 
 /// The policy as one argument (parsed once per distinct string by the
-/// Lua): the fields of [`POLICY_FIELDS`] joined by `|`. `cap` is the
-/// capacity, or `grant` / `rate_grant` in region mode.
-pub(super) fn policy_arg(
-    room: &RoomPolicy,
-    cap: &dyn std::fmt::Display,
-    key_ttl_ms: Millis,
-) -> String {
+/// Lua): the fields of [`POLICY_FIELDS`] joined by `|`.
+pub(super) fn policy_arg(room: &RoomPolicy, cap_kind: CapKind, key_ttl_ms: Millis) -> String {
     format!(
-        "{cap}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}|{}",
+        "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}|{}",
+        room.total_active_users,
+        cap_kind.text(),
         room.new_users_per_minute,
         room.session_duration_ms,
         u8::from(room.session_renewal),
@@ -251,12 +402,40 @@ pub(super) fn lua_constants(layout: &Layout) -> String {
     ] {
         line(name, reason_code(r).to_string());
     }
-    let fields: Vec<String> = POLICY_FIELDS.iter().map(|f| format!("'{f}'")).collect();
-    line(
-        "POLICY_FIELDS",
-        format!("{{\n    {},\n}}", fields.join(",\n    ")),
-    );
+    let list = |items: &[&str]| {
+        let quoted: Vec<String> = items.iter().map(|f| format!("'{f}'")).collect();
+        format!("{{\n    {},\n}}", quoted.join(",\n    "))
+    };
+    line("POLICY_FIELDS", list(&POLICY_FIELDS));
+    for (i, name) in COMMON_ARGS.iter().enumerate() {
+        line(&arg_constant(name), (i + 1).to_string());
+    }
+    for (name, word) in named_words() {
+        line(name, format!("'{word}'"));
+    }
+    line("ROOM_KEYS", list(&keys::PASSED));
     out
+}
+
+/// The words the Lua compares with or builds keys from, by the names it
+/// knows them by: the arrival flags, the lane ops, the cap kinds and the
+/// names of the keys it forms. No `.lua` file spells one itself.
+fn named_words() -> Vec<(&'static str, String)> {
+    let flags = ArriveFlag::ALL.map(|f| (f.lua_name(), f.letter().to_string()));
+    let ops = LaneOp::ALL.map(|op| (op.lua_name(), op.letter().to_string()));
+    let caps = CapKind::ALL.map(|k| (k.lua_name(), k.text().to_string()));
+    let keys = [
+        ("LANE_PREFIX", keys::LANE_PREFIX),
+        ("TAIL_CHUNK_PREFIX", keys::TAIL_CHUNK_PREFIX),
+        ("TAIL_SEQS", keys::TAIL_SEQS),
+    ]
+    .map(|(name, key)| (name, key.to_string()));
+    flags
+        .into_iter()
+        .chain(ops)
+        .chain(caps)
+        .chain(keys)
+        .collect()
 }
 
 pub(super) fn protocol(what: &str, v: &Value) -> StoreError {
@@ -433,7 +612,7 @@ pub(super) fn decode_description(v: &Value, made_ms: Millis) -> Result<Descripti
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -486,31 +665,107 @@ mod tests {
             "CHUNK = 16",
             "LAYOUT_VERSION = 1",
             "RATE_WINDOW_MS = 60000",
+            "ARG_NOW = 1",
+            "ARG_DEADLINE = 3",
+            "ARRIVE_HOLD = 'h'",
+            "LANE_OP_NEW = 'n'",
+            "CAP_GRANT = 'grant'",
+            "TAIL_SEQS = 'tail_seqs'",
         ] {
             assert!(lua.contains(&format!("local {name}\n")), "{name}");
         }
     }
 
-    #[test]
-    fn no_lua_file_restates_a_generated_constant() {
+    /// Every `.lua` file of the store, with its code (comments left out).
+    pub(in crate::store::redis) fn lua_files() -> Vec<(std::path::PathBuf, String)> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis/lua");
         let lib = format!("{dir}/lib");
-        let files = std::fs::read_dir(dir)
+        let mut files: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .chain(std::fs::read_dir(&lib).unwrap())
             .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "lua"));
-        for path in files {
-            let text = std::fs::read_to_string(&path).unwrap();
-            for line in lua_constants(&Layout::production()).lines().skip(1) {
-                let name = line.trim_start_matches("local ").split(' ').next().unwrap();
+            .filter(|p| p.extension().is_some_and(|x| x == "lua"))
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p, code_of(&text))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Lua code without its comments (no `.lua` file here has a `--` in a
+    /// string or a block comment).
+    pub(in crate::store::redis) fn code_of(text: &str) -> String {
+        let lines = text.lines().map(|l| l.split("--").next().unwrap_or(""));
+        lines.collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn no_lua_file_restates_a_generated_constant() {
+        let generated = lua_constants(&Layout::production());
+        for (path, code) in lua_files() {
+            for line in generated.lines().skip(1) {
+                let Some((name, _)) = line.strip_prefix("local ").and_then(|l| l.split_once(' '))
+                else {
+                    continue;
+                };
                 assert!(
-                    !text.contains(&format!("local {name} =")),
+                    !code.contains(&format!("local {name} =")),
                     "{} defines {name}, which wire.rs generates",
                     path.display()
                 );
             }
+            // A flag, a lane op, a cap kind or a key name is spelled by its name.
+            for (name, word) in named_words() {
+                for quoted in [format!("'{word}'"), format!("\"{word}\"")] {
+                    assert!(
+                        !code.contains(&quoted),
+                        "{} spells {quoted}: use {name}, which wire.rs generates",
+                        path.display()
+                    );
+                }
+            }
         }
+    }
+
+    #[test]
+    fn arrival_flags_are_one_letter_each() {
+        let flags = |hold, fresh, unseen| {
+            ArriveFlags {
+                hold,
+                fresh,
+                unseen,
+            }
+            .encode()
+        };
+        assert_eq!(flags(false, false, false), "-");
+        assert_eq!(flags(true, false, false), "h");
+        assert_eq!(flags(false, true, true), "n");
+        assert_eq!(flags(true, true, false), "hn");
+        assert_eq!(flags(false, false, true), "u");
+        assert_eq!(flags(true, false, true), "hu");
+    }
+
+    #[test]
+    fn the_policy_names_its_cap_kind() {
+        let room = RoomPolicy {
+            room: "r".into(),
+            total_active_users: 5,
+            new_users_per_minute: 60,
+            session_duration_ms: 1_000,
+            session_renewal: true,
+            method: QueueingMethod::Fifo,
+            max_queue_length: 0,
+            abandon_after_ms: 2_000,
+            arrival_grace_ms: 3_000,
+            state: RoomState::Open,
+            revision: 7,
+            lanes: Default::default(),
+        };
+        let arg = policy_arg(&room, CapKind::Grant, 9);
+        assert_eq!(arg, "5|grant|60|1000|1|fifo|0|2000|3000|open|9|7|");
+        assert_eq!(arg.split('|').count(), POLICY_FIELDS.len());
     }
 
     #[test]

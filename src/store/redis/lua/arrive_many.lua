@@ -15,6 +15,13 @@
 -- The decisions read counts kept in locals; the writes are gathered and
 -- made once at the end (one command per key), which is most of the saving
 -- over one script per visitor.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batch_add, count_string, counts, free_room, housekeep, int, int_next,
+-- uses: keep_alive, lane_of, lane_place, next_seq, place_of, promote,
+-- uses: queue_length, record_admissions, tail_add, tail_ends, tail_find,
+-- uses: tail_place, tail_scan, tail_seqs_add, tail_seqs_of, to_tail,
+-- uses: zadd_all
 housekeep(c)
 counts(c)
 -- Whether the sessions, their batches and the window were empty, so that
@@ -37,34 +44,36 @@ local tailed, tail_was_empty = false, false
 local expiry_n = c.now + c.p.session_ms
 local expiry_s = int(expiry_n)
 
--- ARGV[4] = flags, ARGV[5..] = the visitors. Flags:
---   'h' (region mode): visitors who find no room (and nobody waiting ahead,
---       here or in another region) are answered {5, 0, 0, 0} and left
---       undecided, so the caller can try the Anywhere pool first;
---   'n': every visitor's id was just made for it (VisitorId::random), so
---       none can hold a session or a place and nobody is looked up;
---   'u': stable ids the caller has not seen lately (a token's members):
+-- ARG_FLAGS = the flags, one letter each (wire.rs `ArriveFlags`),
+-- ARG_VISITORS.. = the visitors. Flags:
+--   ARRIVE_HOLD (region mode): visitors who find no room (and nobody
+--       waiting ahead, here or in another region) are answered {5, 0, 0, 0}
+--       and left undecided, so the caller can try the Anywhere pool first;
+--   ARRIVE_FRESH: every visitor's id was just made for it
+--       (VisitorId::random), so none can hold a session or a place and
+--       nobody is looked up;
+--   ARRIVE_UNSEEN: stable ids the caller has not seen lately (a token's members):
 --       looked up in `sessions`, `queue`, the lanes and the tail places
 --       noted for stable ids, but the tail itself is not read.
 -- Otherwise whether each visitor already holds a session or a place is
 -- two commands for the whole call.
 local ARGV = c.argv
-local flags = ARGV[4]
-local hold = string.find(flags, 'h', 1, true) ~= nil
+local flags = ARGV[ARG_FLAGS]
+local hold = string.find(flags, ARRIVE_HOLD, 1, true) ~= nil
 -- Newcomers do not jump another region's older waiters either.
 local nobody_ahead = c.region_bound == nil
 -- Visitor i is ARGV[V + i].
-local V = 4
+local V = ARG_VISITORS - 1
 local n = #ARGV - V
 local held_sessions, held_places, held_lanes = {}, {}, {}
-local fresh = string.find(flags, 'n', 1, true) ~= nil
+local fresh = string.find(flags, ARRIVE_FRESH, 1, true) ~= nil
 -- Ids that can arrive again (not just made): their tail places are noted.
 local stable = not fresh
 -- Only ids just made are admitted in a batch (see "Session batches").
 local batch = fresh
--- 'u': stable ids (a token's member) not seen lately: looked up as
--- above, but no tail member is read unless its place is noted.
-local unseen = string.find(flags, 'u', 1, true) ~= nil
+-- ARRIVE_UNSEEN: stable ids (a token's member) not seen lately: looked
+-- up as above, but no tail member is read unless its place is noted.
+local unseen = string.find(flags, ARRIVE_UNSEEN, 1, true) ~= nil
 if not fresh then
     held_sessions = redis.call('ZMSCORE', c.k.sessions, unpack(ARGV, V + 1))
     held_places = redis.call('ZMSCORE', c.k.queue, unpack(ARGV, V + 1))

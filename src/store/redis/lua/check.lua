@@ -2,6 +2,9 @@
 -- ones each lib file names in its header) and returns what is violated,
 -- one sentence each (empty: none). Writes nothing, but for the layout
 -- mark begin() gives an unmarked room.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admissions, each_chunk, int, lane_key, tail_member
 local k = c.k
 local out = {}
 local function violated(what)

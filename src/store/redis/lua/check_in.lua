@@ -1,8 +1,11 @@
--- check_in: an admitted visitor checks in. ARGV[4] = visitor,
--- ARGV[5] = the session expiry its ticket carries.
+-- check_in: an admitted visitor checks in. ARG_VISITOR = visitor,
+-- ARG_TICKET = the session expiry its ticket carries.
 -- Returns the session expiry, or nil when the session was ended or expired.
-local visitor = c.argv[4]
-local ticket_s = c.argv[5]
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batch_find, batch_leave, housekeep, int, marked, promote, session_of
+local visitor = c.argv[ARG_VISITOR]
+local ticket_s = c.argv[ARG_TICKET]
 local ticket_expiry = tonumber(ticket_s)
 
 housekeep(c)

@@ -4,27 +4,31 @@
 -- promotes, and describes the queue beyond its admission frontier.
 --
 -- KEYS 1..10 as in lib/ctx.lua, 11 = the room's overrides (JSON).
--- ARGV[4] = how far ahead (ms) the answer must hold
--- ARGV[5] = precision: one sample per 1/ARGV[5] of the distance from the
+-- ARG_AHEAD_MS = how far ahead (ms) the answer must hold
+-- ARG_PRECISION = one sample per 1/precision of the distance from the
 --            frontier (so a position read between samples is off by at most
 --            that share of it)
--- ARGV[6] = the shortest queue worth describing (shorter: scripts answer)
--- ARGV[7..] = (visitor, time) pairs: polls answered from the last description
+-- ARG_MIN_QUEUE = the shortest queue worth describing (shorter: scripts answer)
+-- ARG_POLLS.. = (visitor, time) pairs: polls answered from the last description
 --
 -- Returns {length, bound, reset_floor, stale_lo, stale_hi, n, place_1 ..
 -- place_n, rank_1, seq_1,
 -- rank_2, seq_2, ...}: `bound` is the most admissions the rate window allows
--- within ARGV[4] ms (-1: nothing may be answered from this description),
+-- within ahead_ms (-1: nothing may be answered from this description),
 -- [stale_lo, stale_hi) the seqs an event's shuffle renumbered (tickets
 -- carrying one go to the scripts for their new seq), the places are queue
 -- places released in the meantime (they are ended),
 -- and the (rank, seq) samples run from rank `bound` (the frontier: whoever
--- has a higher seq cannot be admitted before ARGV[4] ms have passed) to the
+-- has a higher seq cannot be admitted before ahead_ms have passed) to the
 -- last place.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admissions, counts, housekeep, int, maintain, promote, queue_length,
+-- uses: refill, seq_at, tail_ends
 local k, ARGV = c.k, c.argv
-local ahead_ms = tonumber(ARGV[4])
-local precision = tonumber(ARGV[5])
-local min_queue = tonumber(ARGV[6])
+local ahead_ms = tonumber(ARGV[ARG_AHEAD_MS])
+local precision = tonumber(ARGV[ARG_PRECISION])
+local min_queue = tonumber(ARGV[ARG_MIN_QUEUE])
 local K_OVERRIDES = c.keys[11]
 
 housekeep(c)
@@ -32,7 +36,7 @@ housekeep(c)
 -- They come as (visitor, time) pairs, ready for HSET. Only visitors beyond
 -- the frontier are answered without a script, and they are still waiting;
 -- the rare one that left meanwhile is cleaned up by maintain().
-for first = 7, #ARGV, 4000 do
+for first = ARG_POLLS, #ARGV, 4000 do
     redis.call('HSET', k.polls, unpack(ARGV, first, math.min(first + 3999, #ARGV)))
 end
 maintain(c)

@@ -1,12 +1,19 @@
 -- lane: a visitor arrives in, or polls from, a priority lane (lanes.lua).
--- ARGV[4] = 'a' (arrive), 'n' (arrive, an id just made: nobody to look
--- up), 'u' (arrive, a stable id not seen lately: the tail not read) or
--- 'p' (poll), ARGV[5] = visitor, ARGV[6] = the
--- lane (1 ..), ARGV[7] = the seq its ticket carries (poll only).
+-- ARG_OP = LANE_OP_ARRIVE, LANE_OP_NEW (arrive, an id just made: nobody
+-- to look up), LANE_OP_UNSEEN (arrive, a stable id not seen lately: the
+-- tail not read) or LANE_OP_POLL, ARG_VISITOR = visitor, ARG_LANE = the
+-- lane (1 ..), ARG_SEQ = the seq its ticket carries (poll only).
 -- Returns a verdict as arrive and poll do ({ENDED} for an ended place), or
 -- {MORE} when the room has room the promotion's bound kept from reaching
 -- this visitor (the caller asks again).
-local op, visitor, lane = c.argv[4], c.argv[5], tonumber(c.argv[6])
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admit, counts, free_room, housekeep, int, keep_alive, lane_key,
+-- uses: lane_of, lane_place, lanes_length, next_seq, place_ended, place_of,
+-- uses: promote, promotes, queue_length, read_last_seq, save_last_seq,
+-- uses: session_of, stable_seq, tail_find, tail_place, touch_poll,
+-- uses: used_places
+local op, visitor, lane = c.argv[ARG_OP], c.argv[ARG_VISITOR], tonumber(c.argv[ARG_LANE])
 local key = lane_key(c, lane)
 local state, method = c.p.state, c.p.method
 -- Keys this call may have made, for their expiry (`keep_alive`).
@@ -50,10 +57,11 @@ local function arrive()
         return { REJECTED, R_CLOSED }
     end
     -- Waiting already, here or in another lane: that place, not a second.
-    if op ~= 'n' then
+    if op ~= LANE_OP_NEW then
         local other = lane_of(c, visitor)
+        -- (LANE_OP_UNSEEN: the general queue's head only, not the tail.)
         local place = other and lane_place(c, other, visitor)
-            or (op == 'a' and general_place() or place_of(c, visitor))
+            or (op == LANE_OP_ARRIVE and general_place() or place_of(c, visitor))
         if place then
             return place
         end
@@ -89,7 +97,7 @@ local function arrive()
 end
 
 local function poll()
-    local seq = tonumber(c.argv[7])
+    local seq = tonumber(c.argv[ARG_SEQ])
     local waiting = redis.call('ZSCORE', key, visitor)
     if state == 'closed' then
         if waiting then
@@ -138,14 +146,14 @@ local function poll()
 end
 
 local function decide()
-    if op == 'n' then
+    if op == LANE_OP_NEW then
         return arrive()
     end
     local expiry = session_of(c, visitor)
     if expiry then
         return { ADMITTED, expiry }
     end
-    if op == 'p' then
+    if op == LANE_OP_POLL then
         return poll()
     end
     return arrive()

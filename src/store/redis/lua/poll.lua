@@ -1,9 +1,14 @@
--- poll: a queued visitor polls. ARGV[4] = visitor, ARGV[5] = the seq its
--- ticket carries. Returns a verdict like arrive, or {ENDED} when the place
+-- poll: a queued visitor polls. ARG_VISITOR = visitor, ARG_SEQ = the seq
+-- its ticket carries. Returns a verdict like arrive, or {ENDED} when the place
 -- was ended (released, used up by an admission, or the room reset since
 -- the ticket was issued).
-local visitor = c.argv[4]
-local seq_s = c.argv[5]
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: admit, counts, enqueue, free_room, housekeep, int, marked,
+-- uses: place_ended, place_of, promote, promotes, save_last_seq, session_of,
+-- uses: tail_ends, tail_find, tail_place, touch_poll, used_places
+local visitor = c.argv[ARG_VISITOR]
+local seq_s = c.argv[ARG_SEQ]
 local seq = tonumber(seq_s)
 
 housekeep(c)

@@ -9,17 +9,17 @@
 -- visitor queued in a small region then queued the big one's newcomers for
 -- a whole lease, issue 39.)
 -- KEYS[1] = wrg:{room}:regions
--- ARGV: 1 now  2 region  3 limit  4 lease (ms)  5 slots wanted
--- 6 the room's rate (0: none)
+-- ARGV (positions: ARG_<NAME>, src/region/global.rs): now, region,
+-- limit, lease (ms), wanted (slots), rate (the room's; 0: none)
 -- Admission tokens (I2) come with the slots, up to as many, from the
 -- tokens no region holds: a newcomer held for want of either asks here.
 -- Returns {raised, returned, slots given, rraised, rreturned, tokens given}.
 -- Records are decoded and encoded by region_record.lua (in front), which
--- also reads ARGV[1..4].
+-- also reads the arguments every global script starts with.
 
-local wanted = tonumber(ARGV[5])
+local wanted = tonumber(ARGV[ARG_WANTED])
 
-local rate_limit = tonumber(ARGV[6] or '0')
+local rate_limit = tonumber(ARGV[ARG_RATE] or '0')
 local granted, rgranted = 0, 0
 local me
 local waiting = 0

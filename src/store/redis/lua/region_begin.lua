@@ -1,19 +1,22 @@
 -- region_begin: the start of a region's sync of one room (src/region):
 -- takes the region's sync turn and reports what the global store needs.
--- The policy's cap is 'grant' (region mode). ARGV[4] = how long (ms) this
--- instance holds the turn: the instances of a region share one regional
--- Redis and one of them syncs per interval. ARGV[5] = 1 to take the turn
--- even if another instance holds it.
+-- The policy's cap_kind is CAP_GRANT or CAP_RATE_GRANT (region mode).
+-- ARG_TURN_MS = how long (ms) this instance holds the turn: the instances
+-- of a region share one regional Redis and one of them syncs per interval.
+-- ARG_FORCE = 1 to take the turn even if another instance holds it.
 -- Returns nil when another instance holds the turn, else {active,
 -- g_raised, g_lowered, queued, head seq (0: nobody waits), arrivals since
 -- the last sync, admissions in the rate window, r_raised, r_lowered (the
 -- admission-token totals), then (rank, seq) pairs sampling the queue}.
 -- No promotion here: whom the region may let in depends on the bound the
 -- global store is about to send (region_apply promotes).
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: counts, housekeep, int, queue_length, seq_at
 local k, ARGV = c.k, c.argv
 housekeep(c)
 local turn = tonumber(redis.call('HGET', k.meta, 'g_sync_until') or '0')
-if ARGV[5] ~= '1' and turn > c.now then
+if ARGV[ARG_FORCE] ~= '1' and turn > c.now then
     return false
 end
 counts(c)
@@ -24,7 +27,7 @@ local seen = tonumber(g[4] or '0')
 if seen > arrivals then
     seen = 0
 end
-redis.call('HSET', k.meta, 'g_sync_until', int(c.now + tonumber(ARGV[4])),
+redis.call('HSET', k.meta, 'g_sync_until', int(c.now + tonumber(ARGV[ARG_TURN_MS])),
     'g_arrivals_seen', int(arrivals))
 local queued = queue_length(c)
 local out = {

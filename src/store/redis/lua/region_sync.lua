@@ -8,19 +8,20 @@
 -- and reaches here as a larger `returned`.
 --
 -- KEYS[1] = wrg:{room}:regions
--- ARGV: 1 now (ms)  2 region  3 limit  4 lease (ms: a region silent for
--- longer is not live)  5 reserve (permille of the free slots left to the
--- Anywhere pool)  6 active  7 lowered (the region's g_lowered)  8 queued
--- 9 head seq (0: nobody waits)  10 arrivals since its last sync
--- 11 '1': only record `lowered` (the region gave slots back just now)
--- 12 (rank, seq) samples of its queue: "rank:seq,rank:seq"
--- 13 the room's rate (new_users_per_minute; 0: none)  14 admissions in the
--- region's rate window  15 its r_lowered (admission tokens given back)
+-- ARGV (positions: ARG_<NAME>, src/region/global.rs): now (ms), region,
+-- limit, lease (ms: a region silent for longer is not live), reserve
+-- (permille of the free slots left to the Anywhere pool), active, lowered
+-- (the region's g_lowered), queued, head seq (0: nobody waits), arrivals
+-- since its last sync, only_lowered ('1': only record `lowered`, the
+-- region gave slots back just now), (rank, seq) samples of its queue
+-- ("rank:seq,rank:seq"), the room's rate (new_users_per_minute; 0: none),
+-- window (admissions in the region's rate window), rate_lowered (its
+-- r_lowered: admission tokens given back)
 -- Returns {raised, returned, target grant, frontier seq (0: none: every
 -- waiting visitor fits), free slots, rraised, rreturned, target rate
 -- grant}.
 
-local reserve = tonumber(ARGV[5])
+local reserve = tonumber(ARGV[ARG_RESERVE])
 
 local regions = {}
 local raw = redis.call('HGETALL', K)
@@ -29,22 +30,22 @@ for i = 1, #raw, 2 do
 end
 local me = regions[me_name] or decode('')
 regions[me_name] = me
-me.returned = math.max(me.returned or 0, tonumber(ARGV[7]))
-local rate_limit = tonumber(ARGV[13] or '0')
-me.rreturned = math.max(me.rreturned, tonumber(ARGV[15] or '0'))
-if ARGV[11] == '1' then
+me.returned = math.max(me.returned or 0, tonumber(ARGV[ARG_LOWERED]))
+local rate_limit = tonumber(ARGV[ARG_RATE] or '0')
+me.rreturned = math.max(me.rreturned, tonumber(ARGV[ARG_RATE_LOWERED] or '0'))
+if ARGV[ARG_ONLY_LOWERED] == '1' then
     redis.call('HSET', K, me_name, encode(me))
     return { me.raised, me.returned, 0, 0, 0, me.rraised, me.rreturned, 0 }
 end
-me.window = tonumber(ARGV[14] or '0')
-me.active = tonumber(ARGV[6])
-me.queued = tonumber(ARGV[8])
-me.head = tonumber(ARGV[9])
+me.window = tonumber(ARGV[ARG_WINDOW] or '0')
+me.active = tonumber(ARGV[ARG_ACTIVE])
+me.queued = tonumber(ARGV[ARG_QUEUED])
+me.head = tonumber(ARGV[ARG_HEAD])
 me.samples = {}
-for rank, seq in string.gmatch(ARGV[12] or '', '(%d+):(%d+)') do
+for rank, seq in string.gmatch(ARGV[ARG_SAMPLES] or '', '(%d+):(%d+)') do
     me.samples[#me.samples + 1] = { tonumber(rank), tonumber(seq) }
 end
-local arrivals = tonumber(ARGV[10])
+local arrivals = tonumber(ARGV[ARG_ARRIVALS])
 if me.at > 0 then
     -- Smoothed over a few intervals, so one quiet second does not strip a
     -- busy region of its share.

@@ -1,19 +1,24 @@
--- release: ends a visitor's session or queue place. ARGV[4] = visitor;
--- ARGV[5], ARGV[6] = the bounds of its session's expiry, if known ('' if
--- not): equal for the expiry its ticket carries (end_session), ARGV[5]
--- alone for an arrival whose caller gave up (End::Arrival: no earlier
--- than that). ARGV[7] = where a search by visitor goes on ('b:<n>' in the
--- batches, 't:<n>' in the tail; absent: from the start).
+-- release: ends a visitor's session or queue place. ARG_VISITOR = visitor;
+-- ARG_EXPIRY_MIN, ARG_EXPIRY_MAX = the bounds of its session's expiry, if
+-- known ('' if not): equal for the expiry its ticket carries
+-- (end_session), the min alone for an arrival whose caller gave up
+-- (End::Arrival: no earlier than that). ARG_CURSOR = where a search by
+-- visitor goes on ('b:<n>' in the batches, 't:<n>' in the tail; absent:
+-- from the start).
 -- Returns 1 if there was one, 0 if not, or {cursor} when a release that
 -- knows no expiry must go on in another call from `cursor` (it reads the
 -- batches and the tail a bounded part a call, so no call holds Redis
 -- long however many there are). The room it frees goes to the queue in
 -- the next operation's promotion, as with every other change.
-local visitor = c.argv[4]
-local expiry_min = c.argv[5] ~= '' and c.argv[5] or nil
-local expiry_max = c.argv[6] ~= '' and c.argv[6] or nil
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batch_find, batch_leave, batch_scan, gone_of, housekeep, int,
+-- uses: lane_key, lane_of, marked, promote, session_of, waiting_seq
+local visitor = c.argv[ARG_VISITOR]
+local expiry_min = c.argv[ARG_EXPIRY_MIN] ~= '' and c.argv[ARG_EXPIRY_MIN] or nil
+local expiry_max = c.argv[ARG_EXPIRY_MAX] ~= '' and c.argv[ARG_EXPIRY_MAX] or nil
 local ticket_expiry = expiry_min and expiry_min == expiry_max and tonumber(expiry_min)
-local cursor = c.argv[7] or 'b:0'
+local cursor = c.argv[ARG_CURSOR] or 'b:0'
 local phase, from = string.match(cursor, '^(%a):(%d+)$')
 from = tonumber(from or '0')
 

@@ -1,8 +1,11 @@
--- reset: empties a room. ARGV[4] = the first seq a reset room may hand out
+-- reset: empties a room. ARG_FLOOR = the first seq a reset room may hand out
 -- (the caller's next_seq(now), raised here above the room's last_seq):
 -- every queue ticket at or below it is void. Sessions are ended (moved to
 -- `ended` with their expiry), so their tickets cannot re-create them at
 -- check-in; everything else goes, but for `meta`, which keeps the floor.
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: batched_sessions, each_tail_chunk, int, lane_key
 local k = c.k
 redis.call('ZUNIONSTORE', k.ended, 2, k.ended, k.sessions, 'AGGREGATE', 'MAX')
 -- (Batched sessions end the same way; no mark of theirs is there before.)
@@ -16,7 +19,7 @@ if #last == 2 then
     redis.call('PEXPIREAT', k.ended, last[2])
 end
 local last_seq = tonumber(redis.call('HGET', k.meta, 'last_seq') or '0')
-local floor = math.max(tonumber(c.argv[4]), last_seq + 1)
+local floor = math.max(tonumber(c.argv[ARG_FLOOR]), last_seq + 1)
 -- The tail's ids chunks (lib/tail.lua; one left over by a tail lost
 -- before goes with its expiry).
 each_tail_chunk(c, function(key)

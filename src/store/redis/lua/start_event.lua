@@ -1,26 +1,30 @@
 -- start_event: starts an event's admissions, once per event however many
 -- instances ask (see `Store::start_event`).
 --
--- ARGV[4] = the event's key (name@start)   ARGV[5] = first prequeue seq
--- ARGV[6] = start seq   ARGV[7] = shuffle (1/0)   ARGV[8] = seed
+-- ARG_EVENT = the event's key (name@start)   ARG_PREQUEUE_SEQ = first
+-- prequeue seq   ARG_START_SEQ = start seq   ARG_SHUFFLE = shuffle (1/0)
+-- ARG_SEED = seed
 --
--- With shuffle, the visitors queued with a seq in [ARGV[5], ARGV[6]) get
--- the seqs just below ARGV[5], in a random order: still ahead of everyone
+-- With shuffle, the visitors queued with a seq in [prequeue seq, start
+-- seq) get the seqs just below the prequeue seq, in a random order: still ahead of everyone
 -- who arrives after the start, and recognisably renumbered (meta
 -- `stale_lo`/`stale_hi` keep the old range, so the queue description sends
 -- tickets that still carry an old seq to the scripts, which hand out the
 -- new one). Returns how many visitors were shuffled (0: already started).
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: drop, gone_of, int, refill
 local k, ARGV = c.k, c.argv
-local key = ARGV[4]
+local key = ARGV[ARG_EVENT]
 if redis.call('HGET', k.meta, 'event') == key then
     return 0
 end
 redis.call('HSET', k.meta, 'event', key)
 redis.call('PEXPIRE', k.meta, c.p.key_ttl_ms)
-if ARGV[7] ~= '1' then
+if ARGV[ARG_SHUFFLE] ~= '1' then
     return 0
 end
-local lo, hi = tonumber(ARGV[5]), tonumber(ARGV[6])
+local lo, hi = tonumber(ARGV[ARG_PREQUEUE_SEQ]), tonumber(ARGV[ARG_START_SEQ])
 -- The whole queue is in `queue` for the shuffle (a tail is moved over
 -- first: as the shuffle, once per event and as long as the queue).
 refill(c, math.huge)
@@ -54,8 +58,8 @@ if n == 0 then
 end
 -- The shuffle of store::shuffle (so every backend draws the same order):
 -- Fisher-Yates over MINSTD, whose products stay below 2^53, exact in doubles.
--- ARGV[8] is the MINSTD state to start from (store::minstd_seed).
-local x = tonumber(ARGV[8])
+-- ARG_SEED is the MINSTD state to start from (store::minstd_seed).
+local x = tonumber(ARGV[ARG_SEED])
 for i = n, 2, -1 do
     x = (x * 48271) % 2147483647
     local j = x % i + 1

@@ -3,6 +3,9 @@
 -- Returns {active, queued, admitted_last_minute, oldest_admission or -1,
 -- then the visitors waiting in each priority lane, lane 1 first}.
 -- (`queued` counts the lanes' too.)
+--
+-- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
+-- uses: counts, housekeep, lane_key, maintain, promote, queue_length
 housekeep(c)
 maintain(c)
 promote(c)

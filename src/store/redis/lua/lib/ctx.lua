@@ -24,20 +24,27 @@
 --               ended (room.lua)
 --   8 tail      ZSET first seq -> packed member: the back of a long queue
 --               (tail.lua)
---   9 tail_ids  the prefix of the keys "tail_ids:<n>" (tail.lua)
+--   9 tail_ids  the name the tail's chunks "tail_ids:<n>" start with (tail.lua)
 --  10 batches   ZSET of sessions made together (sessions.lua)
--- and, not passed, beside meta in the same hash tag: the priority lanes'
--- keys "lane:<n>" (lanes.lua), and "tail_seqs", a HASH visitor -> seq of
--- the tail places of visitors who arrived by a stable id (not one just
--- made), so that their next arrival by id finds the place with one member
--- read instead of reading the tail (tail.lua, `tail_seqs_of`).
--- ARGV:
---   1 now (ms, from the caller's clock; never Redis TIME, so tests move time)
---   2 the room's policy: the fields of POLICY_FIELDS (wire.rs) joined by
---     '|', parsed once per distinct string (`policy_of`)
---   3 deadline: Redis server time (microseconds) after which this call
---     must do nothing, because its caller has given up on it (0 = none)
---   4.. the function's own arguments
+-- (their names, in this order, are ROOM_KEYS: store/redis/keys.rs) and,
+-- not passed, formed beside them in the same hash tag from the names
+-- keys.rs declares: the priority lanes' keys LANE_PREFIX .. <n>
+-- (lanes.lua), the tail's chunks TAIL_CHUNK_PREFIX .. <n> (tail.lua), and
+-- TAIL_SEQS, a HASH visitor -> seq of the tail places of visitors who
+-- arrived by a stable id (not one just made), so that their next arrival
+-- by id finds the place with one member read instead of reading the tail
+-- (tail.lua, `tail_seqs_of`).
+-- ARGV (positions generated from wire.rs: ARG_<NAME>):
+--   ARG_NOW       now (ms, from the caller's clock; never Redis TIME, so
+--                 tests move time)
+--   ARG_POLICY    the room's policy: the fields of POLICY_FIELDS (wire.rs)
+--                 joined by '|', parsed once per distinct string (`policy_of`)
+--   ARG_DEADLINE  Redis server time (microseconds) after which this call
+--                 must do nothing, because its caller has given up on it
+--                 (0 = none)
+--   then the function's own arguments, each ARG_<NAME> in its function
+--   (store/redis/calls.rs names them; library.rs defines the constants at
+--   the top of each function)
 --
 -- begin() refuses a call (an error reply, nothing written) when
 --   * its deadline has passed (DEADLINE);
@@ -64,7 +71,7 @@ local function policy_of(s)
         for i, name in ipairs(POLICY_FIELDS) do
             p[name] = f[i]
         end
-        p.cap = tonumber(p.cap_field)
+        p.cap = tonumber(p.cap)
         p.rate = tonumber(p.rate)
         p.session_ms = tonumber(p.session_ms)
         p.renewal = p.renewal == '1'
@@ -98,15 +105,18 @@ local key_sets, key_sets_n = {}, 0
 local function keys_of(keys)
     local k = key_sets[keys[1]]
     if not k then
-        k = {
-            sessions = keys[1], queue = keys[2], polls = keys[3], admits = keys[4],
-            meta = keys[5], ended = keys[6], places = keys[7], tail = keys[8],
-            tail_ids = keys[9], batches = keys[10],
-            -- The lanes' keys, "lane:<n>" beside "meta" (lanes.lua).
-            lane_prefix = string.sub(keys[5], 1, -5) .. 'lane:',
-            -- The tail places of stable ids (tail.lua).
-            tail_seqs = string.sub(keys[5], 1, -5) .. 'tail_seqs',
-        }
+        k = {}
+        for i, name in ipairs(ROOM_KEYS) do
+            k[name] = keys[i]
+        end
+        -- The keys formed beside them: "wr:{<room>}:" is the first key
+        -- without its name.
+        local room = string.sub(keys[1], 1, #keys[1] - #ROOM_KEYS[1])
+        -- The lanes' keys (lanes.lua).
+        k.lane_prefix = room .. LANE_PREFIX
+        -- The tail's chunks and the tail places of stable ids (tail.lua).
+        k.tail_chunk_prefix = room .. TAIL_CHUNK_PREFIX
+        k.tail_seqs = room .. TAIL_SEQS
         if key_sets_n >= 1024 then
             key_sets, key_sets_n = {}, 0
         end
@@ -134,11 +144,11 @@ end
 
 -- The call's context, or an error reply (see the header) as `refused`.
 local function begin(keys, args)
-    local p = policy_of(args[2])
+    local p = policy_of(args[ARG_POLICY])
     local c = {
         k = keys_of(keys), keys = keys, argv = args,
-        now_s = args[1], now = tonumber(args[1]), p = p,
-        -- In region mode the cap field is 'grant' or 'rate_grant' (below).
+        now_s = args[ARG_NOW], now = tonumber(args[ARG_NOW]), p = p,
+        -- In region mode the cap is a grant instead (`cap_kind`, below).
         cap = p.cap, rate = p.rate,
         -- Figures read once per call and kept up to date by the helpers
         -- that change them (nil until read): active sessions, admissions
@@ -158,7 +168,7 @@ local function begin(keys, args)
     -- visitor (by the fail mode), so an admission or queue place made now
     -- would be a ghost holding a slot. The caller converts its deadline to
     -- the server's clock with a measured offset.
-    if too_late(args[3]) then
+    if too_late(args[ARG_DEADLINE]) then
         return { refused = redis.error_reply('DEADLINE the caller gave up on this call') }
     end
     local m = redis.call('HMGET', c.k.meta, 'layout', 'o_rev')
@@ -184,8 +194,8 @@ local function begin(keys, args)
     -- Whether the room has a rate limit (`rate` may become a grant of 0).
     c.rated = c.rate > 0
     c.room_rate = c.rate
-    -- Region mode (src/region, store/redis/region.rs): the policy's cap
-    -- field is 'grant' and the cap is the region's grant, kept in meta as
+    -- Region mode (src/region, store/redis/region.rs): the policy's
+    -- cap_kind is CAP_GRANT and the cap is the region's grant, kept in meta as
     -- two totals that only grow (g_raised: slots the global store granted,
     -- g_lowered: slots the region gave back), so a grant of 0 admits
     -- nobody. `region_bound` is the oldest waiting seq in the other
@@ -198,13 +208,13 @@ local function begin(keys, args)
     -- them, kept as r_raised and r_lowered. So in region mode a rated room
     -- admits while the window holds fewer admissions than the rate grant,
     -- not the room's rate; `room_rate` keeps the room's (an upper bound on
-    -- any grant). A cap field of 'rate_grant' is region mode for a room
+    -- any grant). A cap_kind of CAP_RATE_GRANT is region mode for a room
     -- without a capacity limit: only its rate is a grant.
-    c.region_mode = p.cap_field == 'grant' or p.cap_field == 'rate_grant'
+    c.region_mode = p.cap_kind ~= CAP_ROOM
     if c.region_mode then
         local g = redis.call('HMGET', c.k.meta, 'g_raised', 'g_lowered', 'g_bound',
             'g_bound_until', 'r_raised', 'r_lowered')
-        if p.cap_field == 'grant' then
+        if p.cap_kind == CAP_GRANT then
             c.cap = math.max(0, tonumber(g[1] or '0') - tonumber(g[2] or '0'))
             c.capped = true
         else

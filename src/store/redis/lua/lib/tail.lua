@@ -76,9 +76,9 @@ local function tail_member(m)
     return { first = first, k = k, cum = cum, stop = cum + k, off = x, inline = false, m = m }
 end
 
--- The key of ids chunk `n`.
+-- The key of ids chunk `n` (TAIL_CHUNK_PREFIX .. n, ctx.lua's `keys_of`).
 local function chunk_key(c, n)
-    return c.k.tail_ids .. ':' .. int(n)
+    return c.k.tail_chunk_prefix .. int(n)
 end
 
 -- The ids of places i .. i+n-1 (0-based) of member `t`, joined: always n
