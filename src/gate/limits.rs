@@ -20,6 +20,7 @@
 //! entries are forgotten every `SWEEP_EVERY_MS`, so the tables stay as
 //! small as the set of recently active visitors and addresses.
 
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,88 +58,79 @@ pub(crate) const MEMBER_BURST: u32 = 4;
 /// After its burst, a member may arrive once per this long.
 pub(crate) const MEMBER_EVERY: Duration = Duration::from_secs(2);
 
-/// One room's per-visitor limiter.
-pub struct VisitorLimit {
-    limiter: Keyed<VisitorId>,
+/// A limiter per key (a visitor, a client address), on the gate's clock.
+pub(crate) struct KeyedLimit<K: Hash + Eq + Clone> {
+    limiter: Keyed<K>,
     clock: GateClock,
 }
 
+impl<K: Hash + Eq + Clone> KeyedLimit<K> {
+    fn with_quota(quota: Quota, clock: SharedClock) -> Self {
+        let clock = GateClock(clock);
+        Self {
+            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
+            clock,
+        }
+    }
+
+    /// `Err(retry_after)` when `key` is over its allowance.
+    fn check_key(&self, key: &K) -> Result<(), Duration> {
+        self.limiter
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Forgets keys whose allowance is full again (bounded memory).
+    pub(crate) fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    /// Keys currently remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.limiter.len()
+    }
+}
+
+/// One room's per-visitor limiter.
+pub(crate) type VisitorLimit = KeyedLimit<VisitorId>;
+
 impl VisitorLimit {
-    pub fn new(refresh_interval: Duration, clock: SharedClock) -> Self {
+    pub(crate) fn new(refresh_interval: Duration, clock: SharedClock) -> Self {
         let every = (refresh_interval / VISITOR_POLLS_PER_REFRESH).max(Duration::from_millis(1));
         Self::every(every, VISITOR_BURST, clock)
     }
 
     /// A burst of `burst`, then one per `every`: a room's members'
     /// arrivals ([`MEMBER_BURST`], [`MEMBER_EVERY`]).
-    pub fn every(every: Duration, burst: u32, clock: SharedClock) -> Self {
+    pub(crate) fn every(every: Duration, burst: u32, clock: SharedClock) -> Self {
         let quota = Quota::with_period(every.max(Duration::from_millis(1)))
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
-        let clock = GateClock(clock);
-        Self {
-            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
-            clock,
-        }
+        Self::with_quota(quota, clock)
     }
 
     /// `Err(retry_after)` when the visitor polls too often.
-    pub fn check(&self, visitor: VisitorId) -> Result<(), Duration> {
-        self.limiter
-            .check_key(&visitor)
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
-    }
-
-    /// Forgets visitors whose allowance is full again (bounded memory).
-    pub fn forget_idle(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-    }
-
-    /// Visitors currently remembered.
-    pub fn len(&self) -> usize {
-        self.limiter.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    pub(crate) fn check(&self, visitor: VisitorId) -> Result<(), Duration> {
+        self.check_key(&visitor)
     }
 }
 
 /// The per-client-address limiter, shared by every room.
-pub(crate) struct AddressLimit {
-    limiter: Keyed<IpAddr>,
-    clock: GateClock,
-}
+pub(crate) type AddressLimit = KeyedLimit<IpAddr>;
 
 impl AddressLimit {
     pub(crate) fn new(per_second: u32, burst: u32, clock: SharedClock) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
-        let clock = GateClock(clock);
-        Self {
-            limiter: RateLimiter::dashmap_with_clock(quota, clock.clone()),
-            clock,
-        }
+        Self::with_quota(quota, clock)
     }
 
     /// `Err(retry_after)` when `ip`'s address (its /64 for IPv6, see
     /// [`crate::canonical::limit_key`]) is over the limit.
     pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Duration> {
-        self.limiter
-            .check_key(&crate::canonical::limit_key(ip))
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
-    }
-
-    pub(crate) fn forget_idle(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-    }
-
-    /// Addresses currently remembered.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.limiter.len()
+        self.check_key(&crate::canonical::limit_key(ip))
     }
 }
 
@@ -351,7 +343,7 @@ mod tests {
             assert!(limits.sweep_due(), "round {round}: due");
             assert!(!limits.sweep_due(), "claimed once");
             limits.forget_idle();
-            assert!(limits.arrivals.len() == 0, "round {round}: swept");
+            assert_eq!(limits.arrivals.len(), 0, "round {round}: swept");
         }
     }
 }

@@ -48,9 +48,9 @@ pub struct Room {
     pub rate: RateTracker,
     pub metrics: RoomMetrics,
     /// How often each visitor may poll.
-    pub poll_limit: VisitorLimit,
+    pub(crate) poll_limit: VisitorLimit,
     /// Arrivals per enqueue-token member (`gate::members`).
-    pub member_limit: VisitorLimit,
+    pub(crate) member_limit: VisitorLimit,
     /// Visitors waiting, as the last upkeep read it (where the shadow
     /// queue puts its newcomers).
     queued_seen: std::sync::atomic::AtomicU64,
