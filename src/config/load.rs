@@ -74,3 +74,26 @@ pub fn load_with(
     })?;
     from_toml_str_with(&src, options, env)
 }
+
+/// The unit tests' config: one room `shop` on `/` with this capacity and
+/// 60 newcomers a minute, in front of a local origin; `store` is the
+/// `[store]` section's body.
+#[cfg(test)]
+pub(crate) fn shop(total_active_users: u64, store: &str) -> Config {
+    from_toml_str(&format!(
+        r#"
+        [store]
+        {store}
+        [cookie]
+        keys = ["__________________________________________8"]
+        [origin]
+        url = "http://127.0.0.1:3000"
+        [[room]]
+        id = "shop"
+        path = "/"
+        total_active_users = {total_active_users}
+        new_users_per_minute = 60
+        "#
+    ))
+    .expect("the test config is valid")
+}

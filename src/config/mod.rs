@@ -26,6 +26,8 @@ pub use crate::secret::{Secret, Secret32};
 pub use crate::tls::{TlsCert, TlsConfig};
 pub(crate) use check::check_id;
 pub use error::{ConfigError, LoadOptions, Location, Problem};
+#[cfg(test)]
+pub(crate) use load::shop as test_shop;
 pub use load::{
     from_toml_str, from_toml_str_with, from_toml_str_with_env, load, load_with, process_env,
 };

@@ -898,22 +898,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_decision_answered_too_late_is_released_once_the_store_is_back() {
-        let config = crate::config::from_toml_str(
-            r#"
-            [store]
-            timeout = "20ms"
-            [cookie]
-            keys = ["__________________________________________8"]
-            [origin]
-            url = "http://127.0.0.1:3000"
-            [[room]]
-            id = "shop"
-            path = "/"
-            total_active_users = 2
-            new_users_per_minute = 60
-            "#,
-        )
-        .unwrap();
+        let config = crate::config::test_shop(2, r#"timeout = "20ms""#);
         let clock = ManualClock::new(1_800_000_000_000);
         let shared: SharedClock = Arc::new(clock.clone());
         let telemetry = Arc::new(Telemetry::default());

@@ -523,20 +523,7 @@ mod tests {
     use super::*;
 
     fn shop() -> Room {
-        let config = crate::config::from_toml_str(
-            r#"
-            [cookie]
-            keys = ["__________________________________________8"]
-            [origin]
-            url = "http://127.0.0.1:3000"
-            [[room]]
-            id = "shop"
-            path = "/"
-            total_active_users = 10
-            new_users_per_minute = 60
-            "#,
-        )
-        .unwrap();
+        let config = crate::config::test_shop(10, "");
         let metrics = crate::telemetry::metrics::Metrics::new().room("shop");
         let clock: SharedClock = Arc::new(crate::clock::ManualClock::new(0));
         Room::new(

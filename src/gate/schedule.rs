@@ -211,22 +211,7 @@ mod tests {
 
     #[test]
     fn nobody_is_admitted_before_the_start_and_the_event_rules_while_it_runs() {
-        let base = crate::config::from_toml_str(
-            r#"
-            [cookie]
-            keys = ["__________________________________________8"]
-            [origin]
-            url = "http://127.0.0.1:3000"
-            [[room]]
-            id = "shop"
-            path = "/"
-            total_active_users = 10
-            new_users_per_minute = 60
-            "#,
-        )
-        .unwrap()
-        .rooms[0]
-            .policy();
+        let base = crate::config::test_shop(10, "").rooms[0].policy();
         let e = event(false);
         let same = |p: &RoomPolicy| p.clone();
         let pre = policy_in(&base, Phase::Prequeue, Some(&e), same);
