@@ -173,7 +173,7 @@ pub fn digest64(text: &str) -> u64 {
 /// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
 pub const MIN_CHECK_IN_MS: Millis = 1_000;
 
-pub const MAX_CHECK_IN_MS: Millis = 60_000;
+pub(crate) const MAX_CHECK_IN_MS: Millis = 60_000;
 
 impl RoomPolicy {
     /// How often an admitted visitor's session is renewed in the store

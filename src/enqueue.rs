@@ -109,17 +109,17 @@ impl Rules {
 /// What a verified token says.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Claims {
-    pub sub: String,
-    pub room: String,
+    pub(crate) sub: String,
+    pub(crate) room: String,
     /// Seconds since the Unix epoch.
     pub exp: u64,
     /// Not before: seconds since the Unix epoch.
     #[serde(default)]
     pub nbf: Option<u64>,
     #[serde(default)]
-    pub jti: Option<String>,
+    pub(crate) jti: Option<String>,
     #[serde(default)]
-    pub ip: Option<IpAddr>,
+    pub(crate) ip: Option<IpAddr>,
     /// The priority lane the site puts this user in (`[[room.lane]]` with
     /// `token_claim`).
     #[serde(default)]

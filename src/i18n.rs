@@ -125,7 +125,7 @@ impl Lang {
 /// One entry of a language file: a sentence, or a sentence per plural form.
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(untagged)]
-pub enum Entry {
+pub(crate) enum Entry {
     Text(String),
     Plural(BTreeMap<String, String>),
 }
@@ -133,7 +133,7 @@ pub enum Entry {
 /// A language's strings by key, as written in its data file.
 #[derive(Debug)]
 pub struct Strings {
-    pub lang: Lang,
+    pub(crate) lang: Lang,
     entries: BTreeMap<String, Entry>,
     /// The same entries as a template value (`t`), built once.
     value: minijinja::Value,
@@ -190,7 +190,8 @@ impl Strings {
     }
 
     /// The keys and entries, for the tests.
-    pub fn entries(&self) -> &BTreeMap<String, Entry> {
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> &BTreeMap<String, Entry> {
         &self.entries
     }
 }
@@ -275,7 +276,7 @@ impl Language {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chosen {
     pub lang: Lang,
-    pub negotiated: bool,
+    pub(crate) negotiated: bool,
 }
 
 impl Chosen {

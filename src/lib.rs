@@ -43,7 +43,7 @@
 //! * [`body`]: the body type shared by every response.
 
 #![forbid(unsafe_code)]
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_docs)]
 
 mod admin;
 pub mod body;

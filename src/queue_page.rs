@@ -18,13 +18,13 @@ pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
 pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
 /// The proof-of-work page (its script solves the challenge).
 pub const CHALLENGE_TEMPLATE: &str = include_str!("../static/challenge.html");
-pub const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
+pub(crate) const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
 
 #[derive(Debug, thiserror::Error)]
 #[error("template {path}: {message}")]
 pub struct TemplateError {
-    pub path: String,
-    pub message: String,
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 /// A compiled queue page template. Values are HTML-escaped.
@@ -40,7 +40,7 @@ impl Template {
     }
 
     /// Loads and compiles an operator's template, so a broken one is refused at start-up.
-    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, TemplateError> {
         let fail = |message: String| TemplateError {
             path: path.display().to_string(),
             message,
@@ -134,14 +134,14 @@ pub struct Status {
 /// `waitroom_.captcha` cookie) with the next request for the room's page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CaptchaInfo {
-    pub provider: &'static str,
-    pub site_key: String,
-    pub header: &'static str,
-    pub cookie: &'static str,
+    pub(crate) provider: &'static str,
+    pub(crate) site_key: String,
+    pub(crate) header: &'static str,
+    pub(crate) cookie: &'static str,
 }
 
 impl CaptchaInfo {
-    pub fn of(provider: &'static str, site_key: &str) -> Self {
+    pub(crate) fn of(provider: &'static str, site_key: &str) -> Self {
         Self {
             provider,
             site_key: site_key.to_owned(),
@@ -160,16 +160,16 @@ pub const CAPTCHA_COOKIE: &str = "waitroom_.captcha";
 /// `waitroom_.proof` cookie) with the next request for the room's page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChallengeInfo {
-    pub value: String,
-    pub bits: u8,
-    pub algorithm: &'static str,
-    pub expires_in_seconds: u64,
-    pub header: &'static str,
-    pub cookie: &'static str,
+    pub(crate) value: String,
+    pub(crate) bits: u8,
+    pub(crate) algorithm: &'static str,
+    pub(crate) expires_in_seconds: u64,
+    pub(crate) header: &'static str,
+    pub(crate) cookie: &'static str,
 }
 
 impl ChallengeInfo {
-    pub fn of(c: &crate::domain::Challenge, now_ms: u64) -> Self {
+    pub(crate) fn of(c: &crate::domain::Challenge, now_ms: u64) -> Self {
         Self {
             value: c.text.clone(),
             bits: c.bits,
@@ -184,16 +184,16 @@ impl ChallengeInfo {
 /// The status JSON's `event`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EventInfo {
-    pub name: String,
+    pub(crate) name: String,
     /// RFC 3339, UTC.
     pub start: String,
-    pub end: String,
+    pub(crate) end: String,
     /// Places in the prequeue are drawn at random at the start.
     pub shuffle_at_start: bool,
 }
 
 impl EventInfo {
-    pub fn of(e: &crate::domain::EventSpec) -> Self {
+    pub(crate) fn of(e: &crate::domain::EventSpec) -> Self {
         Self {
             name: e.name.clone(),
             start: rfc3339(e.start_ms),
@@ -295,13 +295,13 @@ pub struct QueueView {
     /// `t`, this language's strings.
     pub lang: &'static str,
     #[serde(skip)]
-    pub language: Lang,
-    pub room_id: String,
-    pub room_name: String,
-    pub state: VisitorState,
-    pub position: u64,
-    pub queue_length: u64,
-    pub eta_seconds: u64,
+    pub(crate) language: Lang,
+    pub(crate) room_id: String,
+    pub(crate) room_name: String,
+    pub(crate) state: VisitorState,
+    pub(crate) position: u64,
+    pub(crate) queue_length: u64,
+    pub(crate) eta_seconds: u64,
     /// "about 3 minutes", "less than a minute", ... (in the page's language)
     pub eta_text: String,
     /// Share of the queue behind this visitor, 0..=100.
@@ -310,7 +310,7 @@ pub struct QueueView {
     pub updated_at: String,
     /// The same time as RFC 3339, for scripts.
     pub updated_at_iso: String,
-    pub refresh_seconds: u64,
+    pub(crate) refresh_seconds: u64,
     /// Where the page's script polls.
     pub status_url: String,
     /// Name of the event in force, if any.
@@ -319,7 +319,7 @@ pub struct QueueView {
     pub event_countdown_seconds: Option<u64>,
     /// The event's start: RFC 3339 and `HH:MM` UTC.
     pub event_start_iso: Option<String>,
-    pub event_start_at: Option<String>,
+    pub(crate) event_start_at: Option<String>,
     /// Places in the prequeue are drawn at random at the start.
     pub event_shuffle: bool,
     /// The countdown for people: "12 min 5 s" (in the page's language).
@@ -440,7 +440,7 @@ pub enum Msg {
 }
 
 impl Msg {
-    pub const ALL: [Msg; 14] = [
+    pub(crate) const ALL: [Msg; 14] = [
         Msg::Closed,
         Msg::QueueFull,
         Msg::OverLimit,

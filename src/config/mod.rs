@@ -209,7 +209,7 @@ impl ChallengeKind {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ChallengeKind::ProofOfWork => "proof_of_work",
             ChallengeKind::Turnstile => "turnstile",

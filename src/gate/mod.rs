@@ -85,7 +85,8 @@ use forward::Forwarding;
 use guard::StoreGuard;
 pub use intake::{ConnInfo, Ctx};
 use intake::{Intake, Unread};
-pub use operator::{AmendError, Operator};
+pub(crate) use operator::AmendError;
+pub use operator::Operator;
 use pages::Shown;
 pub use rooms::{Room, Rooms};
 use tickets::Tickets;
@@ -107,7 +108,7 @@ pub struct Gate {
     /// The store, behind its timeout, breaker and fallback (each role
     /// that calls it holds the same).
     pub store: Arc<StoreGuard>,
-    pub clock: SharedClock,
+    pub(crate) clock: SharedClock,
     pub telemetry: Arc<Telemetry>,
     /// Operators' and the origin's changes, and upkeep.
     pub operator: Operator,
@@ -147,7 +148,7 @@ enum Outcome {
 }
 
 impl Gate {
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         store: SharedStore,
         clock: SharedClock,

@@ -43,10 +43,10 @@ pub struct Room {
     /// Finds the cookie name in a `Cookie` header (built once: building
     /// costs more than searching).
     pub cookie_finder: memchr::memmem::Finder<'static>,
-    pub template: Template,
+    pub(crate) template: Template,
     /// Observed admission rate, for the ETA.
     pub rate: RateTracker,
-    pub metrics: RoomMetrics,
+    pub(crate) metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub poll_limit: VisitorLimit,
     /// Arrivals per enqueue-token member (`gate::members`).
@@ -324,7 +324,7 @@ impl Room {
         }
     }
 
-    pub fn events(&self) -> Arc<Vec<Arc<Event>>> {
+    pub(crate) fn events(&self) -> Arc<Vec<Arc<Event>>> {
         self.lock_applied().events.clone()
     }
 
@@ -494,7 +494,7 @@ pub struct Rooms {
 }
 
 impl Rooms {
-    pub fn new(rooms: Vec<Arc<Room>>) -> Self {
+    pub(crate) fn new(rooms: Vec<Arc<Room>>) -> Self {
         Self { rooms }
     }
 

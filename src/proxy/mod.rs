@@ -46,7 +46,7 @@ pub enum OriginError {
 }
 
 impl OriginError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             OriginError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             OriginError::Unreachable(_) | OriginError::UnaskedUpgrade => StatusCode::BAD_GATEWAY,
@@ -96,7 +96,7 @@ pub struct Outbound<'a> {
 }
 
 impl Proxy {
-    pub fn new(
+    pub(crate) fn new(
         origin: &OriginConfig,
         workers: usize,
         allowance: upload::Allowance,
@@ -136,7 +136,7 @@ impl Proxy {
     /// the daemon's own parameters (`canonical::OWN_PARAMS`), our own headers
     /// (set here, after the visitor's spellings of them are removed), and
     /// none of the daemon's cookies or the hop-by-hop headers.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         mut req: Request<Incoming>,
         out: Outbound<'_>,

@@ -66,7 +66,7 @@ fn regions_key(room: &str) -> String {
 pub struct SyncReply {
     /// This region's totals in the global store.
     pub raised: u64,
-    pub returned: u64,
+    pub(crate) returned: u64,
     /// The grant the global store wants this region to hold now.
     pub target: u64,
     /// The oldest `seq` waiting in another live region (0: none).
@@ -76,8 +76,8 @@ pub struct SyncReply {
     /// This region's admission-token totals in the global store, and the
     /// rate grant it wants the region to hold (all 0 for an unrated room).
     pub rate_raised: u64,
-    pub rate_returned: u64,
-    pub rate_target: u64,
+    pub(crate) rate_returned: u64,
+    pub(crate) rate_target: u64,
 }
 
 /// What one sync of one room did (for tests, the benchmark and logs).
@@ -150,10 +150,6 @@ impl Region {
     pub fn with_reserve_permille(mut self, permille: u64) -> Self {
         self.reserve_permille = permille.min(1000);
         self
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Whether the last call to the global store failed.

@@ -159,7 +159,7 @@ pub struct Sample {
     /// Seconds since the first arrival could come.
     pub t: u32,
     pub active: u64,
-    pub queued: u64,
+    pub(crate) queued: u64,
     pub admitted_last_minute: u64,
     /// What a visitor joining the back of the queue is told, in seconds.
     pub eta_back: u64,
@@ -190,10 +190,10 @@ pub struct Outcome {
 /// The figures an operator wants from a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
-    pub room: String,
+    pub(crate) room: String,
     /// `total_active_users` and `new_users_per_minute` of the room (0: none).
     pub limit: u64,
-    pub rate_limit: u64,
+    pub(crate) rate_limit: u64,
     pub arrived: u64,
     /// Let in on arrival, without waiting.
     pub admitted_at_once: u64,
@@ -209,7 +209,7 @@ pub struct Summary {
     /// Most active sessions seen at once.
     pub max_active: u64,
     pub peak_queue: u64,
-    pub peak_queue_at: f64,
+    pub(crate) peak_queue_at: f64,
     pub peak_admissions_per_minute: u64,
     /// When the first visitor had to queue, and the share of the places in
     /// use then (`None`: nobody queued; no limit: no share).
@@ -226,7 +226,7 @@ pub struct Summary {
     pub p90_wait: Option<f64>,
     /// |told − waited| / waited of the estimate told on arrival.
     pub eta_error_median: Option<f64>,
-    pub eta_error_p90: Option<f64>,
+    pub(crate) eta_error_p90: Option<f64>,
     /// The largest ratio between two estimates a visitor saw in a row.
     pub largest_eta_jump: Option<f64>,
     /// Virtual seconds simulated.

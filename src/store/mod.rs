@@ -51,7 +51,7 @@ pub mod redis;
 
 pub use crate::domain::{
     EventSpec, Lanes, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, Settings,
-    VisitorId, MAX_CHECK_IN_MS, MAX_LANES, MIN_CHECK_IN_MS,
+    VisitorId, MAX_LANES, MIN_CHECK_IN_MS,
 };
 
 use std::sync::Arc;
@@ -122,7 +122,7 @@ pub fn minstd_seed(seed: u64) -> u64 {
 pub struct LaneTurns {
     /// The pass of the lane served last.
     pub virtual_time: u64,
-    pub pass: [u64; MAX_LANES + 1],
+    pub(crate) pass: [u64; MAX_LANES + 1],
 }
 
 /// One turn of a lane with a share of 1 (a thousandth moves a pass 1000
