@@ -16,13 +16,21 @@ use serde::Deserialize;
 /// A language the daemon's pages are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lang {
+    /// English.
     En,
+    /// Chinese (simplified).
     Zh,
+    /// German.
     De,
+    /// Spanish.
     Es,
+    /// French.
     Fr,
+    /// Japanese.
     Ja,
+    /// Portuguese.
     Pt,
+    /// Russian.
     Ru,
 }
 
@@ -228,6 +236,7 @@ pub enum Language {
     /// From the visitor's `Accept-Language`, English when nothing fits.
     #[default]
     Auto,
+    /// This language for everyone.
     Fixed(Lang),
 }
 
@@ -275,6 +284,7 @@ impl Language {
 /// `Vary: Accept-Language`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chosen {
+    /// The language.
     pub lang: Lang,
     pub(crate) negotiated: bool,
 }

@@ -20,6 +20,7 @@ pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
 pub const CHALLENGE_TEMPLATE: &str = include_str!("../static/challenge.html");
 pub(crate) const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
 
+/// An operator's queue page template that cannot be read or compiled.
 #[derive(Debug, thiserror::Error)]
 #[error("template {path}: {message}")]
 pub struct TemplateError {
@@ -34,6 +35,7 @@ pub struct Template {
 }
 
 impl Template {
+    /// The built-in queue page.
     pub fn builtin() -> Self {
         Self::from_source("queue.html".into(), DEFAULT_QUEUE_TEMPLATE.into())
             .expect("the built-in template compiles")
@@ -74,6 +76,7 @@ impl Template {
         self.env.get_template("queue.html")?.render(ctx)
     }
 
+    /// The page for `view`; if the template fails, the built-in page (logged).
     pub fn render(&self, view: &QueueView) -> String {
         self.try_render(view).unwrap_or_else(|e| {
             tracing::error!(error = %e, "queue template failed; serving the built-in page");
@@ -91,10 +94,15 @@ pub enum VisitorState {
     /// No ticket (or one whose place was ended): loading the room's page
     /// hands out a new one.
     None,
+    /// Waiting in the queue.
     Queued,
+    /// Let in: loading the room's page goes through.
     Admitted,
+    /// Waiting for an event's start; places are handed out then.
     Prequeue,
+    /// The room is closed.
     Closed,
+    /// Turned away (a full queue, or over the limits with `reject`).
     Rejected,
     /// A proof of work must come first (`challenge` says which).
     Challenge,
@@ -104,11 +112,17 @@ pub enum VisitorState {
 /// (docs/how-it-works.md, "The queue page and the status API").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Status {
+    /// The room's id.
     pub room: String,
+    /// Where the visitor stands.
     pub state: VisitorState,
+    /// 1-based place in the queue (0: not queued, or a shuffled prequeue).
     pub position: u64,
+    /// Visitors waiting.
     pub queue_length: u64,
+    /// Estimated wait.
     pub eta_seconds: u64,
+    /// When to poll again.
     pub refresh_seconds: u64,
     /// The event in force (from its prequeue to its end).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -329,6 +343,7 @@ pub struct QueueView {
 }
 
 impl QueueView {
+    /// The template's view of `status`, for a room named `room_name`, at `now_ms`.
     pub fn new(
         status: &Status,
         room_name: &str,
@@ -423,19 +438,36 @@ pub fn countdown_text(seconds: u64, lang: Lang) -> String {
 /// Every page that is not the queue: a title and a sentence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Msg {
+    /// The room is closed.
     Closed,
+    /// `max_queue_length` visitors already wait.
     QueueFull,
+    /// Over the limits with no queue (`reject`), or every captcha
+    /// verification slot taken (503).
     OverLimit,
+    /// Too many requests from the visitor or its address (429); a queue
+    /// place is kept.
     SlowDown,
+    /// An address asked for more new tickets than it may (429).
     TooManyArrivals,
+    /// The store is unreachable and `fail_mode` is `closed` (503).
     StoreUnavailable,
+    /// The origin did not answer in time (504).
     OriginTimeout,
+    /// The origin cannot be reached (502).
     OriginDown,
+    /// No `Host`, several, or one that is not valid (400).
     BadHost,
+    /// A request that cannot be made canonical for another reason than its
+    /// host (400), or a method never forwarded (405).
     BadAddress,
+    /// The request body was malformed or cut short (400).
     BadBody,
+    /// What the daemon does not serve (404).
     NotFound,
+    /// The room requires an enqueue token and the request brought none (403).
     TokenRequired,
+    /// The enqueue token the request brought does not hold here (403).
     TokenRefused,
 }
 

@@ -44,8 +44,9 @@ pub struct TlsCert {
     pub certified: Arc<rustls::sign::CertifiedKey>,
 }
 
-/// ALPN protocol ids, in the server's order of preference.
+/// The ALPN id of HTTP/2, the server's first choice.
 pub const ALPN_H2: &[u8] = b"h2";
+/// The ALPN id of HTTP/1.1, its second.
 pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// The one crypto provider: ring (builds without a C toolchain beyond cc,
@@ -265,6 +266,7 @@ impl ResolvesServerCert for SniResolver {
 /// Why the TLS listener cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// rustls refused the configuration.
     #[error("TLS: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -272,7 +274,9 @@ pub enum SetupError {
 /// The rustls configuration of the TLS listener: certificates from
 /// `resolver`, ALPN `h2` then `http/1.1`, TLS 1.2 and 1.3, stateless
 /// session tickets so returning clients resume without a full handshake.
-pub(crate) fn server_config(resolver: Arc<SniResolver>) -> Result<Arc<rustls::ServerConfig>, SetupError> {
+pub(crate) fn server_config(
+    resolver: Arc<SniResolver>,
+) -> Result<Arc<rustls::ServerConfig>, SetupError> {
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

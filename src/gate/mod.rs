@@ -104,11 +104,13 @@ pub type SharedGate = Arc<arc_swap::ArcSwap<Gate>>;
 /// talks to the origin, and [`Operator`] makes operators' changes and the
 /// upkeep. The store, clock and telemetry handles are shared by all.
 pub struct Gate {
+    /// The configured rooms.
     pub rooms: Rooms,
     /// The store, behind its timeout, breaker and fallback (each role
     /// that calls it holds the same).
     pub store: Arc<StoreGuard>,
     pub(crate) clock: SharedClock,
+    /// Metrics and history, kept across reloads.
     pub telemetry: Arc<Telemetry>,
     /// Operators' and the origin's changes, and upkeep.
     pub operator: Operator,
@@ -118,10 +120,13 @@ pub struct Gate {
     access_log: bool,
 }
 
+/// Why a gate cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
+    /// A room's template cannot be read or does not compile.
     #[error(transparent)]
     Template(#[from] queue_page::TemplateError),
+    /// The origin's settings cannot be used.
     #[error("origin: {0}")]
     Origin(#[from] proxy::OriginError),
 }

@@ -24,6 +24,7 @@ use crate::clock::{Millis, SharedClock};
 
 /// One room, ready to serve.
 pub struct Room {
+    /// The room's settings from the config file.
     pub config: RoomConfig,
     /// The policy the config file gives.
     base_policy: RoomPolicy,
@@ -498,10 +499,12 @@ impl Rooms {
         Self { rooms }
     }
 
+    /// Every room, in the order configured.
     pub fn all(&self) -> &[Arc<Room>] {
         &self.rooms
     }
 
+    /// The room with this id.
     pub fn by_id(&self, id: &str) -> Option<&Arc<Room>> {
         self.rooms.iter().find(|r| r.config.id == id)
     }

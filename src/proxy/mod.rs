@@ -28,10 +28,13 @@ use pool::{Pool, Target};
 /// failure a 502/504.
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
+    /// No response headers within `origin.timeout` (504).
     #[error("origin did not answer within {0:?}")]
     Timeout(Duration),
+    /// No connection, or the connection failed (502).
     #[error("origin unreachable: {0}")]
     Unreachable(String),
+    /// The visitor's request cannot be sent as it is (400).
     #[error("request cannot be forwarded: {0}")]
     BadRequest(String),
     /// The visitor's request body broke off or was malformed (a bad chunk).

@@ -87,9 +87,17 @@ pub enum Synced {
     /// neither a capacity nor a rate limit.
     Skipped,
     /// The global store answered; the grant in force is `grant`.
-    Done { grant: u64, reply: SyncReply },
+    Done {
+        /// The region's grant now.
+        grant: u64,
+        /// The global store's answer.
+        reply: SyncReply,
+    },
     /// The global store did not answer: the region keeps `grant`.
-    Degraded { grant: u64 },
+    Degraded {
+        /// The grant the region held before.
+        grant: u64,
+    },
 }
 
 /// One region's link to the global store.

@@ -477,6 +477,7 @@ pub struct ModelStore {
 }
 
 impl ModelStore {
+    /// An empty model.
     pub fn new() -> Self {
         Self::default()
     }
