@@ -97,7 +97,7 @@ impl Canonical {
         std::str::from_utf8(&self.host_header.as_bytes()[..self.host_len]).unwrap_or("")
     }
 
-    /// The canonical path: see [`path`].
+    /// The canonical path: see the function `path`.
     pub fn path(&self) -> &str {
         self.target.path()
     }
@@ -311,7 +311,7 @@ fn decode_segment(raw: &[u8], out: &mut String) -> Result<(), Refusal> {
 }
 
 /// Which spellings an origin might fold into another path the daemon lets
-/// through (see [`check_folding`]).
+/// through (see `check_folding`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Folding {
     /// `:` may appear in a path (`server.allow_path_colons`).

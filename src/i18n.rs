@@ -309,7 +309,7 @@ const MAX_RANGES: usize = 32;
 /// its primary subtag (`pt-BR` is `pt`, `zh-Hant-TW` is `zh`); `*` stands
 /// for English unless English was refused with `q=0`, then for the first
 /// language not refused. Malformed ranges and q-values are skipped; work
-/// is bounded by [`MAX_HEADER_BYTES`] and [`MAX_RANGES`].
+/// is bounded by `MAX_HEADER_BYTES` and `MAX_RANGES`.
 pub fn negotiate<'a>(values: impl Iterator<Item = &'a HeaderValue>) -> Lang {
     // Best so far: (q in thousandths, language).
     let mut best: Option<(u16, Lang)> = None;

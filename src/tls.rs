@@ -238,7 +238,7 @@ impl CertMap {
 }
 
 /// Chooses the certificate for each handshake from the map in force;
-/// [`SniResolver::replace`] installs another for handshakes from then on
+/// `SniResolver::replace` installs another for handshakes from then on
 /// (connections already open keep theirs).
 #[derive(Debug)]
 pub struct SniResolver {

@@ -32,7 +32,7 @@
 //! - `operator` ([`Operator`]): operators' changes, and `upkeep` off the
 //!   request path (room figures, runtime changes, events).
 //!
-//! Every store call goes through the [`guard::StoreGuard`] (timeout,
+//! Every store call goes through the `guard::StoreGuard` (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 //! The sinks and what they show: `decide` (decision mode), `own` (the
 //! daemon's own paths), `pages` and `status` (what is shown when nothing

@@ -59,7 +59,7 @@ pub struct Room {
     /// last figures showed a queue or a full room); proof of work is asked
     /// only then.
     queueing: AtomicBool,
-    /// Sessions this instance ended (see [`EndedHere`]).
+    /// Sessions this instance ended (see `EndedHere`).
     pub ended_here: EndedHere,
     /// WebSocket tunnels open here, by the visitor whose session opened them.
     pub tunnels: Arc<Tunnels>,
@@ -299,7 +299,7 @@ impl Room {
     }
 
     /// `visitor`'s session was ended by this instance at `now`: its tickets
-    /// check in at their next request (see [`EndedHere`]). A ticket may
+    /// check in at their next request (see `EndedHere`). A ticket may
     /// have been issued under another session duration than the one in
     /// force, so the longest check-in interval is waited out.
     pub fn ended(&self, visitor: VisitorId, now: Millis) {

@@ -15,7 +15,7 @@
 //!   first and then traffic) and the other regions' oldest waiting visitor
 //!   (the FIFO bound); lower the grant locally first when asked to, and
 //!   report that.
-//! * [`Region`] as [`Anywhere`]: a new visitor who finds the region's slots
+//! * [`Region`] as `Anywhere`: a new visitor who finds the region's slots
 //!   used up asks the global store for a slot of the Anywhere pool (one
 //!   cross-region round trip) before being queued.
 //!
@@ -362,7 +362,7 @@ impl Region {
     }
 
     /// Asks the global store for up to `wanted` Anywhere slots of `room`
-    /// (and as many admission tokens, for a rated room), as [`Anywhere`]
+    /// (and as many admission tokens, for a rated room), as `Anywhere`
     /// applies them.
     pub async fn take_anywhere(
         &self,
