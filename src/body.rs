@@ -10,12 +10,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// daemon's own pages are one chunk.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// A body of one chunk.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
+/// A body with no bytes.
 pub fn empty() -> Body {
     Empty::<Bytes>::new()
         .map_err(|never| match never {})

@@ -18,7 +18,7 @@ use http::{Request, Version};
 
 /// Why a request cannot be made canonical; every case is a 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("the request target is not a path")]
     NotAPath,
     #[error("the path has a malformed percent escape")]
@@ -67,7 +67,7 @@ pub struct Canonical {
 
 impl Canonical {
     /// Makes `req` canonical, or says why it cannot be.
-    pub fn of<B>(req: &Request<B>) -> Result<Self, Refusal> {
+    pub(crate) fn of<B>(req: &Request<B>) -> Result<Self, Refusal> {
         let (host_header, host_len) = request_host(req)?;
         let uri = req.uri();
         let raw_path = uri.path();
@@ -97,7 +97,7 @@ impl Canonical {
         std::str::from_utf8(&self.host_header.as_bytes()[..self.host_len]).unwrap_or("")
     }
 
-    /// The canonical path: see [`path`].
+    /// The canonical path: see the function `path`.
     pub fn path(&self) -> &str {
         self.target.path()
     }
@@ -236,7 +236,7 @@ fn already_canonical(raw: &[u8]) -> bool {
 ///
 /// The result is printable ASCII, starts with `/`, and is its own
 /// canonical form.
-pub fn path(raw: &str) -> Result<Cow<'_, str>, Refusal> {
+pub(crate) fn path(raw: &str) -> Result<Cow<'_, str>, Refusal> {
     let bytes = raw.as_bytes();
     if already_canonical(bytes) {
         return Ok(Cow::Borrowed(raw));
@@ -311,7 +311,7 @@ fn decode_segment(raw: &[u8], out: &mut String) -> Result<(), Refusal> {
 }
 
 /// Which spellings an origin might fold into another path the daemon lets
-/// through (see [`check_folding`]).
+/// through (see `check_folding`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Folding {
     /// `:` may appear in a path (`server.allow_path_colons`).
@@ -337,7 +337,7 @@ pub struct Folding {
 /// * when a room matches case-insensitively: non-ASCII letters whose
 ///   upper or lower case is ASCII (`ı` is `I`, `ſ` is `S`, the Kelvin
 ///   sign is `k`), and Windows short names (`/SHOP~1`).
-pub fn check_folding(path: &str, rules: Folding) -> Result<(), Refusal> {
+pub(crate) fn check_folding(path: &str, rules: Folding) -> Result<(), Refusal> {
     let b = path.as_bytes();
     let suspect = |c: &u8| *c == b'%' || *c == b':' || (rules.case_insensitive && *c == b'~');
     if !b.iter().any(suspect) {
@@ -600,7 +600,7 @@ fn rebuilt(name: &str, port: Option<u16>) -> Result<(HeaderValue, usize), Refusa
 /// Parses `host[:port]`: a DNS name (letters, digits, `-`, `_`), an IPv4
 /// address or a bracketed IPv6 address. Lower-cases the name and drops one
 /// trailing dot.
-pub fn host(value: &[u8]) -> Result<(String, Option<u16>), Refusal> {
+pub(crate) fn host(value: &[u8]) -> Result<(String, Option<u16>), Refusal> {
     let text = std::str::from_utf8(value).map_err(|_| Refusal::BadHost)?;
     let (name, port) = if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']').ok_or(Refusal::BadHost)?;

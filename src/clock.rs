@@ -12,6 +12,7 @@ pub type Millis = u64;
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
+    /// The time now.
     fn now_ms(&self) -> Millis;
 
     /// Resolves once this clock reads `at` or later, so periodic work
@@ -48,6 +49,7 @@ struct Manual {
 }
 
 impl ManualClock {
+    /// A clock that reads `start_ms` until moved.
     pub fn new(start_ms: Millis) -> Self {
         Self(Arc::new(Manual {
             now: AtomicU64::new(start_ms),
@@ -55,6 +57,7 @@ impl ManualClock {
         }))
     }
 
+    /// Moves the clock forward by `by`, waking whoever sleeps on it.
     pub fn advance(&self, by: std::time::Duration) {
         self.0
             .now
@@ -62,6 +65,7 @@ impl ManualClock {
         self.0.moved.send_replace(());
     }
 
+    /// Sets the clock to `to_ms` (backwards too), waking whoever sleeps on it.
     pub fn set(&self, to_ms: Millis) {
         self.0.now.store(to_ms, Ordering::SeqCst);
         self.0.moved.send_replace(());

@@ -16,6 +16,7 @@ use crate::clock::Millis;
 pub struct VisitorId(pub [u8; 16]);
 
 impl VisitorId {
+    /// A fresh id from the thread's CSPRNG.
     pub fn random() -> Self {
         Self(rand::random())
     }
@@ -36,6 +37,7 @@ impl VisitorId {
         out
     }
 
+    /// Parses 32 hex digits (either case); `None` for anything else.
     pub fn from_hex(s: &str) -> Option<Self> {
         if s.len() != 32 || !s.is_ascii() {
             return None;
@@ -104,6 +106,7 @@ pub struct RoomPolicy {
     pub session_duration_ms: Millis,
     /// Whether a check-in extends the session (sliding) or not (fixed).
     pub session_renewal: bool,
+    /// How waiting visitors are let in.
     pub method: QueueingMethod,
     /// Most visitors waiting; beyond it new visitors are rejected. 0 = unbounded.
     pub max_queue_length: u64,
@@ -112,6 +115,7 @@ pub struct RoomPolicy {
     /// Extra session time given to a visitor promoted from the queue, so the
     /// session does not run out before the visitor's next poll collects it.
     pub arrival_grace_ms: Millis,
+    /// Whether the room admits, queues everyone, or is paused or closed.
     pub state: RoomState,
     /// The revision of the operators' runtime changes this policy reflects
     /// (0: none). A store that holds a newer one refuses to decide on this
@@ -132,7 +136,9 @@ pub const MAX_LANES: usize = 4;
 /// add up to 1) is served only while no lane with a share waits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lanes {
+    /// Configured lanes, 0 to [`MAX_LANES`].
     pub count: u8,
+    /// Each lane's share in thousandths, indexed by lane (0: the general queue).
     pub shares: [u16; MAX_LANES + 1],
 }
 
@@ -170,10 +176,11 @@ pub fn digest64(text: &str) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
-/// Shortest and longest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
+/// Shortest check-in interval (see [`RoomPolicy::check_in_interval_ms`]).
 pub const MIN_CHECK_IN_MS: Millis = 1_000;
 
-pub const MAX_CHECK_IN_MS: Millis = 60_000;
+/// Longest check-in interval.
+pub(crate) const MAX_CHECK_IN_MS: Millis = 60_000;
 
 impl RoomPolicy {
     /// How often an admitted visitor's session is renewed in the store
@@ -206,6 +213,7 @@ pub struct RoomOverrides {
     /// `new_users_per_minute` and `queueing_method` at the top level).
     #[serde(flatten)]
     pub settings: Settings,
+    /// The room state an operator set; `None`: the config file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<RoomState>,
     /// Fingerprint of the room's configuration when the changes were made:
@@ -226,11 +234,14 @@ pub struct RoomOverrides {
 /// in ms since the Unix epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventSpec {
+    /// The event's name, shown on its pages and in the admin API.
     pub name: String,
     /// From here to `start` every visitor gets a queue ticket and waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prequeue_start_ms: Option<Millis>,
+    /// When its settings take effect.
     pub start_ms: Millis,
+    /// When the room's own settings return.
     pub end_ms: Millis,
     /// At `start`, put the prequeue in a random order.
     #[serde(default)]
@@ -243,14 +254,19 @@ pub struct EventSpec {
 /// Room settings an event or an operator changes (`None`: unchanged).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
+    /// Most concurrent sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_active_users: Option<u64>,
+    /// Most admissions in any 60 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_users_per_minute: Option<u64>,
+    /// Session length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_duration_ms: Option<Millis>,
+    /// Whether a check-in extends the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_renewal: Option<bool>,
+    /// How waiting visitors are let in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queueing_method: Option<QueueingMethod>,
 }

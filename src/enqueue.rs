@@ -39,11 +39,19 @@ pub const DEFAULT_MAX_LIFETIME_S: u64 = 24 * 3600;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PublicKey {
     /// `kty: OKP`, `crv: Ed25519`: the 32-byte key.
-    Ed25519 { kid: Option<String>, key: Vec<u8> },
+    Ed25519 {
+        /// The JWK's `kid`; a token naming another `kid` is not tried with it.
+        kid: Option<String>,
+        /// The public key's 32 bytes.
+        key: Vec<u8>,
+    },
     /// `kty: RSA`: modulus and exponent, big-endian.
     Rsa {
+        /// The JWK's `kid`, as for `Ed25519`.
         kid: Option<String>,
+        /// The modulus.
         n: Vec<u8>,
+        /// The public exponent.
         e: Vec<u8>,
     },
 }
@@ -53,6 +61,7 @@ pub enum PublicKey {
 pub struct TokenKeys {
     /// HS256 secrets.
     pub hmac: Vec<Vec<u8>>,
+    /// Ed25519 and RSA keys from the JWKS file.
     pub public: Vec<PublicKey>,
 }
 
@@ -109,17 +118,17 @@ impl Rules {
 /// What a verified token says.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Claims {
-    pub sub: String,
-    pub room: String,
+    pub(crate) sub: String,
+    pub(crate) room: String,
     /// Seconds since the Unix epoch.
     pub exp: u64,
     /// Not before: seconds since the Unix epoch.
     #[serde(default)]
     pub nbf: Option<u64>,
     #[serde(default)]
-    pub jti: Option<String>,
+    pub(crate) jti: Option<String>,
     #[serde(default)]
-    pub ip: Option<IpAddr>,
+    pub(crate) ip: Option<IpAddr>,
     /// The priority lane the site puts this user in (`[[room.lane]]` with
     /// `token_claim`).
     #[serde(default)]
@@ -129,26 +138,38 @@ pub struct Claims {
 /// Why a token was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// Not a token this daemon reads: too long, not three parts, unreadable
+    /// claims, or a `sub` empty or over 256 bytes.
     #[error("malformed")]
     Malformed,
+    /// An `alg` other than HS256, EdDSA and RS256 (`none` among them).
     #[error("algorithm not accepted")]
     Algorithm,
+    /// No key of the room verifies the signature.
     #[error("no key verifies it")]
     Signature,
+    /// `exp` is past.
     #[error("expired")]
     Expired,
+    /// `nbf` is further ahead than [`NBF_LEEWAY_S`].
     #[error("not valid yet (nbf)")]
     NotYet,
+    /// `exp` is further ahead than the room's `max_lifetime`.
     #[error("lives longer than max_lifetime")]
     TooLong,
+    /// `aud` names neither the room nor one of its `audience`.
     #[error("for another audience")]
     Audience,
+    /// `iss` is not one of the room's `issuer`.
     #[error("from another issuer")]
     Issuer,
+    /// The `room` claim names another room.
     #[error("for another room")]
     OtherRoom,
+    /// The `ip` claim names another client address.
     #[error("for another address")]
     OtherAddress,
+    /// Its `jti` was handed in before.
     #[error("used before")]
     Replayed,
 }

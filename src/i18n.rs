@@ -16,13 +16,21 @@ use serde::Deserialize;
 /// A language the daemon's pages are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lang {
+    /// English.
     En,
+    /// Chinese (simplified).
     Zh,
+    /// German.
     De,
+    /// Spanish.
     Es,
+    /// French.
     Fr,
+    /// Japanese.
     Ja,
+    /// Portuguese.
     Pt,
+    /// Russian.
     Ru,
 }
 
@@ -125,7 +133,7 @@ impl Lang {
 /// One entry of a language file: a sentence, or a sentence per plural form.
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(untagged)]
-pub enum Entry {
+pub(crate) enum Entry {
     Text(String),
     Plural(BTreeMap<String, String>),
 }
@@ -133,7 +141,7 @@ pub enum Entry {
 /// A language's strings by key, as written in its data file.
 #[derive(Debug)]
 pub struct Strings {
-    pub lang: Lang,
+    pub(crate) lang: Lang,
     entries: BTreeMap<String, Entry>,
     /// The same entries as a template value (`t`), built once.
     value: minijinja::Value,
@@ -190,7 +198,8 @@ impl Strings {
     }
 
     /// The keys and entries, for the tests.
-    pub fn entries(&self) -> &BTreeMap<String, Entry> {
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> &BTreeMap<String, Entry> {
         &self.entries
     }
 }
@@ -227,6 +236,7 @@ pub enum Language {
     /// From the visitor's `Accept-Language`, English when nothing fits.
     #[default]
     Auto,
+    /// This language for everyone.
     Fixed(Lang),
 }
 
@@ -274,8 +284,9 @@ impl Language {
 /// `Vary: Accept-Language`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chosen {
+    /// The language.
     pub lang: Lang,
-    pub negotiated: bool,
+    pub(crate) negotiated: bool,
 }
 
 impl Chosen {
@@ -298,7 +309,7 @@ const MAX_RANGES: usize = 32;
 /// its primary subtag (`pt-BR` is `pt`, `zh-Hant-TW` is `zh`); `*` stands
 /// for English unless English was refused with `q=0`, then for the first
 /// language not refused. Malformed ranges and q-values are skipped; work
-/// is bounded by [`MAX_HEADER_BYTES`] and [`MAX_RANGES`].
+/// is bounded by `MAX_HEADER_BYTES` and `MAX_RANGES`.
 pub fn negotiate<'a>(values: impl Iterator<Item = &'a HeaderValue>) -> Lang {
     // Best so far: (q in thousandths, language).
     let mut best: Option<(u16, Lang)> = None;

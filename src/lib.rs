@@ -10,13 +10,13 @@
 //!
 //! * [`simulate`]: a flash crowd run against the real store and ETA on a
 //!   virtual clock, with its summary and chart (`waitroom simulate`).
-//! * [`server`]: listeners and lifecycle (`Daemon`, `run`); `worker`: one
+//! * `server`: listeners and lifecycle ([`Daemon`], [`run`]); `worker`: one
 //!   thread per core with its own listeners (plain and TLS), connections
 //!   and origin pool; `conn`: connection caps and the first-byte timeout;
 //!   `redirect`: plain HTTP sent to https.
 //! * [`region`]: region mode: the global store's client, the per-region
 //!   sync of grants and the Anywhere pool (`docs/regions.md`).
-//! * [`admin`]: the operator's API and dashboard on the admin listener.
+//! * `admin`: the operator's API and dashboard on the admin listener.
 //! * [`gate`]: the request path, phase by phase (canonical, route, bypass,
 //!   ticket, respond): rooms, the store guard, tickets, pages, limits, ETA;
 //!   decision mode, room upkeep and operator actions beside it.
@@ -29,7 +29,7 @@
 //! * [`config`]: the TOML file, validated into typed configuration.
 //! * [`tls`]: certificates (PEM loading, SNI choice, reload), the rustls
 //!   configuration of the TLS listener and its `[tls]` settings.
-//! * [`respond`]: building the daemon's own responses.
+//! * `respond`: building the daemon's own responses.
 //! * [`queue_page`]: the queue page template, status JSON and message pages.
 //! * [`i18n`]: the shipped translations and the visitor's language.
 //! * [`canonical`]: the one spelling of a request's path and host.
@@ -43,7 +43,7 @@
 //! * [`body`]: the body type shared by every response.
 
 #![forbid(unsafe_code)]
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_docs)]
 
 mod admin;
 pub mod body;

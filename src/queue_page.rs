@@ -18,13 +18,14 @@ pub const DEFAULT_QUEUE_TEMPLATE: &str = include_str!("../static/queue.html");
 pub const MESSAGE_TEMPLATE: &str = include_str!("../static/message.html");
 /// The proof-of-work page (its script solves the challenge).
 pub const CHALLENGE_TEMPLATE: &str = include_str!("../static/challenge.html");
-pub const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
+pub(crate) const CAPTCHA_TEMPLATE: &str = include_str!("../static/captcha.html");
 
+/// An operator's queue page template that cannot be read or compiled.
 #[derive(Debug, thiserror::Error)]
 #[error("template {path}: {message}")]
 pub struct TemplateError {
-    pub path: String,
-    pub message: String,
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 /// A compiled queue page template. Values are HTML-escaped.
@@ -34,13 +35,14 @@ pub struct Template {
 }
 
 impl Template {
+    /// The built-in queue page.
     pub fn builtin() -> Self {
         Self::from_source("queue.html".into(), DEFAULT_QUEUE_TEMPLATE.into())
             .expect("the built-in template compiles")
     }
 
     /// Loads and compiles an operator's template, so a broken one is refused at start-up.
-    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, TemplateError> {
         let fail = |message: String| TemplateError {
             path: path.display().to_string(),
             message,
@@ -74,6 +76,7 @@ impl Template {
         self.env.get_template("queue.html")?.render(ctx)
     }
 
+    /// The page for `view`; if the template fails, the built-in page (logged).
     pub fn render(&self, view: &QueueView) -> String {
         self.try_render(view).unwrap_or_else(|e| {
             tracing::error!(error = %e, "queue template failed; serving the built-in page");
@@ -91,10 +94,15 @@ pub enum VisitorState {
     /// No ticket (or one whose place was ended): loading the room's page
     /// hands out a new one.
     None,
+    /// Waiting in the queue.
     Queued,
+    /// Let in: loading the room's page goes through.
     Admitted,
+    /// Waiting for an event's start; places are handed out then.
     Prequeue,
+    /// The room is closed.
     Closed,
+    /// Turned away (a full queue, or over the limits with `reject`).
     Rejected,
     /// A proof of work must come first (`challenge` says which).
     Challenge,
@@ -104,11 +112,17 @@ pub enum VisitorState {
 /// (docs/how-it-works.md, "The queue page and the status API").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Status {
+    /// The room's id.
     pub room: String,
+    /// Where the visitor stands.
     pub state: VisitorState,
+    /// 1-based place in the queue (0: not queued, or a shuffled prequeue).
     pub position: u64,
+    /// Visitors waiting.
     pub queue_length: u64,
+    /// Estimated wait.
     pub eta_seconds: u64,
+    /// When to poll again.
     pub refresh_seconds: u64,
     /// The event in force (from its prequeue to its end).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,14 +148,14 @@ pub struct Status {
 /// `waitroom_.captcha` cookie) with the next request for the room's page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CaptchaInfo {
-    pub provider: &'static str,
-    pub site_key: String,
-    pub header: &'static str,
-    pub cookie: &'static str,
+    pub(crate) provider: &'static str,
+    pub(crate) site_key: String,
+    pub(crate) header: &'static str,
+    pub(crate) cookie: &'static str,
 }
 
 impl CaptchaInfo {
-    pub fn of(provider: &'static str, site_key: &str) -> Self {
+    pub(crate) fn of(provider: &'static str, site_key: &str) -> Self {
         Self {
             provider,
             site_key: site_key.to_owned(),
@@ -160,16 +174,16 @@ pub const CAPTCHA_COOKIE: &str = "waitroom_.captcha";
 /// `waitroom_.proof` cookie) with the next request for the room's page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChallengeInfo {
-    pub value: String,
-    pub bits: u8,
-    pub algorithm: &'static str,
-    pub expires_in_seconds: u64,
-    pub header: &'static str,
-    pub cookie: &'static str,
+    pub(crate) value: String,
+    pub(crate) bits: u8,
+    pub(crate) algorithm: &'static str,
+    pub(crate) expires_in_seconds: u64,
+    pub(crate) header: &'static str,
+    pub(crate) cookie: &'static str,
 }
 
 impl ChallengeInfo {
-    pub fn of(c: &crate::domain::Challenge, now_ms: u64) -> Self {
+    pub(crate) fn of(c: &crate::domain::Challenge, now_ms: u64) -> Self {
         Self {
             value: c.text.clone(),
             bits: c.bits,
@@ -184,16 +198,16 @@ impl ChallengeInfo {
 /// The status JSON's `event`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EventInfo {
-    pub name: String,
+    pub(crate) name: String,
     /// RFC 3339, UTC.
     pub start: String,
-    pub end: String,
+    pub(crate) end: String,
     /// Places in the prequeue are drawn at random at the start.
     pub shuffle_at_start: bool,
 }
 
 impl EventInfo {
-    pub fn of(e: &crate::domain::EventSpec) -> Self {
+    pub(crate) fn of(e: &crate::domain::EventSpec) -> Self {
         Self {
             name: e.name.clone(),
             start: rfc3339(e.start_ms),
@@ -295,13 +309,13 @@ pub struct QueueView {
     /// `t`, this language's strings.
     pub lang: &'static str,
     #[serde(skip)]
-    pub language: Lang,
-    pub room_id: String,
-    pub room_name: String,
-    pub state: VisitorState,
-    pub position: u64,
-    pub queue_length: u64,
-    pub eta_seconds: u64,
+    pub(crate) language: Lang,
+    pub(crate) room_id: String,
+    pub(crate) room_name: String,
+    pub(crate) state: VisitorState,
+    pub(crate) position: u64,
+    pub(crate) queue_length: u64,
+    pub(crate) eta_seconds: u64,
     /// "about 3 minutes", "less than a minute", ... (in the page's language)
     pub eta_text: String,
     /// Share of the queue behind this visitor, 0..=100.
@@ -310,7 +324,7 @@ pub struct QueueView {
     pub updated_at: String,
     /// The same time as RFC 3339, for scripts.
     pub updated_at_iso: String,
-    pub refresh_seconds: u64,
+    pub(crate) refresh_seconds: u64,
     /// Where the page's script polls.
     pub status_url: String,
     /// Name of the event in force, if any.
@@ -319,7 +333,7 @@ pub struct QueueView {
     pub event_countdown_seconds: Option<u64>,
     /// The event's start: RFC 3339 and `HH:MM` UTC.
     pub event_start_iso: Option<String>,
-    pub event_start_at: Option<String>,
+    pub(crate) event_start_at: Option<String>,
     /// Places in the prequeue are drawn at random at the start.
     pub event_shuffle: bool,
     /// The countdown for people: "12 min 5 s" (in the page's language).
@@ -329,6 +343,7 @@ pub struct QueueView {
 }
 
 impl QueueView {
+    /// The template's view of `status`, for a room named `room_name`, at `now_ms`.
     pub fn new(
         status: &Status,
         room_name: &str,
@@ -423,24 +438,41 @@ pub fn countdown_text(seconds: u64, lang: Lang) -> String {
 /// Every page that is not the queue: a title and a sentence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Msg {
+    /// The room is closed.
     Closed,
+    /// `max_queue_length` visitors already wait.
     QueueFull,
+    /// Over the limits with no queue (`reject`), or every captcha
+    /// verification slot taken (503).
     OverLimit,
+    /// Too many requests from the visitor or its address (429); a queue
+    /// place is kept.
     SlowDown,
+    /// An address asked for more new tickets than it may (429).
     TooManyArrivals,
+    /// The store is unreachable and `fail_mode` is `closed` (503).
     StoreUnavailable,
+    /// The origin did not answer in time (504).
     OriginTimeout,
+    /// The origin cannot be reached (502).
     OriginDown,
+    /// No `Host`, several, or one that is not valid (400).
     BadHost,
+    /// A request that cannot be made canonical for another reason than its
+    /// host (400), or a method never forwarded (405).
     BadAddress,
+    /// The request body was malformed or cut short (400).
     BadBody,
+    /// What the daemon does not serve (404).
     NotFound,
+    /// The room requires an enqueue token and the request brought none (403).
     TokenRequired,
+    /// The enqueue token the request brought does not hold here (403).
     TokenRefused,
 }
 
 impl Msg {
-    pub const ALL: [Msg; 14] = [
+    pub(crate) const ALL: [Msg; 14] = [
         Msg::Closed,
         Msg::QueueFull,
         Msg::OverLimit,

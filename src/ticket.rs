@@ -41,18 +41,30 @@ use crate::secret::{random_32, Secret32};
 pub enum Grant {
     /// A place in the queue, ordered by `seq`, in priority lane `lane`
     /// (0: the general queue).
-    Queued { seq: u64, lane: u8 },
+    Queued {
+        /// The place's arrival number (`store::next_seq`).
+        seq: u64,
+        /// The priority lane.
+        lane: u8,
+    },
     /// An admitted session the daemon believes live until `session_expires_ms`;
     /// the store is asked again (check-in) at `check_in_due_ms`.
     Admitted {
+        /// When the session runs out unless checked in.
         session_expires_ms: Millis,
+        /// When the store is next asked.
         check_in_due_ms: Millis,
     },
     /// A place in the shadow queue (a visitor the room will not let in):
     /// shown at `position` from `since_ms` on, moving up slowly and never
     /// admitted. No store holds it. Sealed as one number, the same size as
     /// a queue place, so the two cookies look alike.
-    Shadow { since_ms: Millis, position: u64 },
+    Shadow {
+        /// When the visitor was put in the shadow queue.
+        since_ms: Millis,
+        /// The position shown at `since_ms`.
+        position: u64,
+    },
 }
 
 impl Ticket {
@@ -87,7 +99,9 @@ impl Grant {
 /// The decrypted content of a ticket cookie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ticket {
+    /// Whose ticket it is.
     pub visitor: VisitorId,
+    /// What it grants.
     pub grant: Grant,
     /// After this time the ticket is no longer accepted.
     pub expires_ms: Millis,
@@ -114,14 +128,19 @@ pub fn network_of(ip: std::net::IpAddr) -> u64 {
 /// Why a cookie was not accepted (every case means "new visitor").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TicketError {
+    /// Not base64url, the wrong length, or unreadable once opened.
     #[error("not valid base64url or wrong length")]
     Malformed,
+    /// A first byte this build does not write.
     #[error("unknown version")]
     Version,
+    /// Sealed with a key not in the ring.
     #[error("no key with this id")]
     UnknownKey,
+    /// Tampered with, sealed with another key, or for another room.
     #[error("authentication failed (tampered, wrong key or wrong room)")]
     Forged,
+    /// Past its `expires_ms`.
     #[error("expired")]
     Expired,
 }

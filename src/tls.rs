@@ -44,9 +44,10 @@ pub struct TlsCert {
     pub certified: Arc<rustls::sign::CertifiedKey>,
 }
 
-/// ALPN protocol ids, in the server's order of preference.
+/// The ALPN id of HTTP/2, the server's first choice.
 pub const ALPN_H2: &[u8] = b"h2";
-pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// The ALPN id of HTTP/1.1, its second.
+pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// The one crypto provider: ring (builds without a C toolchain beyond cc,
 /// unlike aws-lc-rs).
@@ -69,7 +70,7 @@ pub fn install_default_provider() {
 /// Why a certificate or key file cannot be used; [`CertError::is_key`]
 /// tells which of the two keys (`cert` or `key`) the problem belongs to.
 #[derive(Debug, thiserror::Error)]
-pub enum CertError {
+pub(crate) enum CertError {
     #[error("cannot read {}: {source}", .path.display())]
     ReadCert {
         path: PathBuf,
@@ -96,7 +97,7 @@ pub enum CertError {
 
 impl CertError {
     /// Whether the problem lies in the key file (else in the certificate file).
-    pub fn is_key(&self) -> bool {
+    pub(crate) fn is_key(&self) -> bool {
         matches!(
             self,
             CertError::ReadKey { .. }
@@ -119,7 +120,7 @@ fn read(path: &Path, is_key: bool) -> Result<Vec<u8>, CertError> {
 }
 
 /// The certificates of a PEM file (a chain, leaf first; or a CA bundle).
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
+pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let pem = read(path, false)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
@@ -136,7 +137,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError
 }
 
 /// Reads a PEM chain and its key and checks that they belong together.
-pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
+pub(crate) fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
     let chain = load_certs(cert)?;
     let key_pem = read(key, true)?;
     let der = match PrivateKeyDer::from_pem_slice(&key_pem) {
@@ -237,7 +238,7 @@ impl CertMap {
 }
 
 /// Chooses the certificate for each handshake from the map in force;
-/// [`SniResolver::replace`] installs another for handshakes from then on
+/// `SniResolver::replace` installs another for handshakes from then on
 /// (connections already open keep theirs).
 #[derive(Debug)]
 pub struct SniResolver {
@@ -245,13 +246,13 @@ pub struct SniResolver {
 }
 
 impl SniResolver {
-    pub fn new(map: CertMap) -> Self {
+    pub(crate) fn new(map: CertMap) -> Self {
         Self {
             map: ArcSwap::from_pointee(map),
         }
     }
 
-    pub fn replace(&self, map: CertMap) {
+    pub(crate) fn replace(&self, map: CertMap) {
         self.map.store(Arc::new(map));
     }
 }
@@ -265,6 +266,7 @@ impl ResolvesServerCert for SniResolver {
 /// Why the TLS listener cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// rustls refused the configuration.
     #[error("TLS: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -272,7 +274,9 @@ pub enum SetupError {
 /// The rustls configuration of the TLS listener: certificates from
 /// `resolver`, ALPN `h2` then `http/1.1`, TLS 1.2 and 1.3, stateless
 /// session tickets so returning clients resume without a full handshake.
-pub fn server_config(resolver: Arc<SniResolver>) -> Result<Arc<rustls::ServerConfig>, SetupError> {
+pub(crate) fn server_config(
+    resolver: Arc<SniResolver>,
+) -> Result<Arc<rustls::ServerConfig>, SetupError> {
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

@@ -28,7 +28,9 @@ pub struct Problem {
 /// A 1-based line and column in the TOML text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Location {
+    /// Line, from 1.
     pub line: usize,
+    /// Column, from 1.
     pub column: usize,
 }
 
@@ -48,14 +50,19 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {}: {source}", .path.display())]
     Read {
+        /// The file named.
         path: PathBuf,
+        /// What reading it failed with.
         source: std::io::Error,
     },
     /// The text is not valid TOML.
     #[error("TOML syntax error at line {line}, column {column}: {message}")]
     Syntax {
+        /// Line of the error, from 1.
         line: usize,
+        /// Column of the error, from 1.
         column: usize,
+        /// The TOML parser's description.
         message: String,
     },
     /// Unknown or missing keys, or bad values; never empty.

@@ -35,10 +35,16 @@ pub use load::{
 /// The whole validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// `[server]`: the listeners, their limits and time limits.
     pub server: ServerConfig,
+    /// `[store]`: where room state lives and what happens when it is unreachable.
     pub store: StoreConfig,
+    /// `[cookie]`: the ticket cookie's keys and flags.
     pub cookie: CookieConfig,
+    /// `[origin]`: the protected site and how it is reached.
     pub origin: OriginConfig,
+    /// `[[room]]`, in the order configured; a request goes to the one whose
+    /// host and longest path prefix match it.
     pub rooms: Vec<RoomConfig>,
     /// `[region]`: regional counters and a global store (docs/regions.md);
     /// `None`: every decision on the one store (central mode).
@@ -60,6 +66,7 @@ pub struct RegionConfig {
     pub sync_interval: Duration,
 }
 
+/// `[server]`: listeners, connection and request limits, time limits.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Public listener (visitors).
@@ -136,6 +143,7 @@ impl ServerConfig {
 /// `room.bot_score_header` and `room.min_bot_score`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BotScore {
+    /// `room.bot_score_header`: the header a trusted proxy puts its score in.
     pub header: http::HeaderName,
     /// 1 to 99: scores below it are bots (a CDN's score: 1 almost surely a
     /// bot, 99 almost surely a person).
@@ -147,6 +155,7 @@ pub struct BotScore {
 pub struct EnqueueToken {
     /// `required`: no place without a valid token; else `optional`.
     pub required: bool,
+    /// `hmac_keys_env` and `jwks_file`: the keys a token may be signed with.
     pub keys: crate::enqueue::TokenKeys,
     /// `audience`, `issuer` and `max_lifetime`, with the room id as an
     /// audience.
@@ -175,9 +184,13 @@ pub struct LaneConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChallengeKind {
+    /// `proof_of_work`: a SHA-256 puzzle solved by the queue page's script.
     ProofOfWork,
+    /// `turnstile`: Cloudflare Turnstile.
     Turnstile,
+    /// `hcaptcha`: hCaptcha.
     Hcaptcha,
+    /// `recaptcha`: Google reCAPTCHA.
     Recaptcha,
 }
 
@@ -211,7 +224,7 @@ impl ChallengeKind {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ChallengeKind::ProofOfWork => "proof_of_work",
             ChallengeKind::Turnstile => "turnstile",
@@ -238,12 +251,19 @@ pub enum OnVerifyError {
 /// `room.challenge` with a captcha provider, and its settings.
 #[derive(Clone, Debug)]
 pub struct Captcha {
+    /// `room.challenge`: the provider.
     pub kind: ChallengeKind,
+    /// `room.challenge_site_key`: the site key the widget is shown with.
     pub site_key: String,
+    /// The secret read from `room.challenge_secret_env`, sent to the verifier.
     pub secret: Secret,
+    /// `room.challenge_verify_url`: the provider's `siteverify` API.
     pub verify_url: http::Uri,
+    /// `room.challenge_script_url`: the widget's script.
     pub script_url: String,
+    /// `room.challenge_timeout`: how long the verifier may take.
     pub timeout: Duration,
+    /// `room.challenge_on_error`: what a newcomer gets when the verifier gives no answer.
     pub on_error: OnVerifyError,
     /// Most verifications in flight at once on this instance; a newcomer
     /// finding them all taken is asked to send its token again shortly.
@@ -276,8 +296,10 @@ pub enum Unmatched {
     NotFound,
 }
 
+/// `[store]`: the backend holding room state, its time limits and fail mode.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
+    /// `store.backend` with `store.url` or `store.sentinels`.
     pub backend: Backend,
     /// Longest a request waits for the store.
     pub timeout: Duration,
@@ -285,6 +307,7 @@ pub struct StoreConfig {
     /// before `fail_mode` applies; until then a call that fails or times
     /// out is "busy, retry" and lets nobody in (`gate::guard`).
     pub unreachable_after: Duration,
+    /// `store.fail_mode`: what the daemon does while the store is unreachable.
     pub fail_mode: FailMode,
     /// Instances sharing the store; in `local` fail mode each enforces
     /// `1/instances` of every limit.
@@ -299,11 +322,14 @@ pub struct StoreConfig {
     pub replica_ack_timeout: Duration,
 }
 
+/// `store.backend`: where room state lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// In this process only: for a single instance, lost on restart.
     Memory,
     /// One URL: a single Redis; several: the seed nodes of a Redis Cluster.
     Redis {
+        /// `store.url`: one URL, or a list of seed nodes.
         urls: Vec<String>,
     },
     /// A primary found through Sentinel, followed across failovers.
@@ -347,6 +373,7 @@ pub enum FailMode {
     Local,
 }
 
+/// `[cookie]`: the ticket cookie's key ring and flags.
 #[derive(Clone, Debug)]
 pub struct CookieConfig {
     /// The key ring: the first key seals, all keys open.
@@ -361,6 +388,7 @@ pub struct CookieConfig {
     pub max_networks_per_session: u64,
 }
 
+/// `[origin]`: the protected site, its time limits and connection cap.
 #[derive(Clone, Debug)]
 pub struct OriginConfig {
     /// Base URL of the origin (`http://host:port`, optionally with a path prefix).
@@ -376,6 +404,7 @@ pub struct OriginConfig {
     pub max_connections: usize,
 }
 
+/// `[[room]]`: which requests a room protects, its limits, pages and rules.
 #[derive(Clone, Debug)]
 pub struct RoomConfig {
     /// `[a-z0-9_-]{1,64}`; used in cookie names and Redis keys.
@@ -386,14 +415,23 @@ pub struct RoomConfig {
     pub host: Option<String>,
     /// Path prefix in canonical form (see `gate::canonical::path`).
     pub path: String,
+    /// `room.total_active_users`: most concurrent sessions (I1).
     pub total_active_users: u64,
+    /// `room.new_users_per_minute`: most admissions in any 60 s (I2).
     pub new_users_per_minute: u64,
+    /// `room.session_duration`: session length after the last request (or admission).
     pub session_duration: Duration,
+    /// `room.session_renewal`: each request extends the session (sliding sessions).
     pub session_renewal: bool,
+    /// `room.queueing_method`: how waiting visitors are let in.
     pub queueing_method: QueueingMethod,
+    /// `room.max_queue_length`: beyond it newcomers get "too busy" (0 = unbounded).
     pub max_queue_length: u64,
+    /// `room.refresh_interval`: how often the queue page polls.
     pub refresh_interval: Duration,
+    /// `room.abandon_after`: a waiting visitor silent this long loses the place.
     pub abandon_after: Duration,
+    /// `room.queue_status_code`: the HTTP status of the queue page.
     pub queue_status_code: http::StatusCode,
     /// Answer `Accept: application/json` requests with the status JSON.
     pub json_response: bool,
@@ -432,6 +470,7 @@ pub struct RoomConfig {
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.
     pub language: Language,
+    /// `[[room.event]]`: scheduled periods with their own settings.
     pub events: Vec<EventConfig>,
 }
 
@@ -466,6 +505,8 @@ impl RoomConfig {
 /// its prequeue to its end (`None`: the room's).
 #[derive(Clone, Debug)]
 pub struct EventConfig {
+    /// The schedule and the settings it changes.
     pub spec: crate::domain::EventSpec,
+    /// `template`: the event's queue page template; `None`: the room's.
     pub template: Option<PathBuf>,
 }

@@ -32,7 +32,7 @@
 //! - `operator` ([`Operator`]): operators' changes, and `upkeep` off the
 //!   request path (room figures, runtime changes, events).
 //!
-//! Every store call goes through the [`guard::StoreGuard`] (timeout,
+//! Every store call goes through the `guard::StoreGuard` (timeout,
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 //! The sinks and what they show: `decide` (decision mode), `own` (the
 //! daemon's own paths), `pages` and `status` (what is shown when nothing
@@ -85,7 +85,8 @@ use forward::Forwarding;
 use guard::StoreGuard;
 pub use intake::{ConnInfo, Ctx};
 use intake::{Intake, Unread};
-pub use operator::{AmendError, Operator};
+pub(crate) use operator::AmendError;
+pub use operator::Operator;
 use pages::Shown;
 pub use rooms::{Room, Rooms};
 use tickets::Tickets;
@@ -103,11 +104,13 @@ pub type SharedGate = Arc<arc_swap::ArcSwap<Gate>>;
 /// talks to the origin, and [`Operator`] makes operators' changes and the
 /// upkeep. The store, clock and telemetry handles are shared by all.
 pub struct Gate {
+    /// The configured rooms.
     pub rooms: Rooms,
     /// The store, behind its timeout, breaker and fallback (each role
     /// that calls it holds the same).
     pub store: Arc<StoreGuard>,
-    pub clock: SharedClock,
+    pub(crate) clock: SharedClock,
+    /// Metrics and history, kept across reloads.
     pub telemetry: Arc<Telemetry>,
     /// Operators' and the origin's changes, and upkeep.
     pub operator: Operator,
@@ -117,10 +120,13 @@ pub struct Gate {
     access_log: bool,
 }
 
+/// Why a gate cannot be built from a config.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
+    /// A room's template cannot be read or does not compile.
     #[error(transparent)]
     Template(#[from] queue_page::TemplateError),
+    /// The origin's settings cannot be used.
     #[error("origin: {0}")]
     Origin(#[from] proxy::OriginError),
 }
@@ -147,7 +153,7 @@ enum Outcome {
 }
 
 impl Gate {
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         store: SharedStore,
         clock: SharedClock,

@@ -15,7 +15,7 @@ use crate::telemetry::Telemetry;
 
 /// Why a runtime change was not made.
 #[derive(Debug, thiserror::Error)]
-pub enum AmendError {
+pub(crate) enum AmendError {
     #[error("{0}")]
     Refused(String),
     #[error(transparent)]
@@ -58,7 +58,7 @@ impl Operator {
     /// with the next revision) and applies them here at once; the other
     /// instances read them within a second. `change` gets the overrides
     /// and the events in force, and may refuse.
-    pub async fn amend(
+    pub(crate) async fn amend(
         &self,
         room: &Room,
         change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,

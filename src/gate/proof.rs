@@ -47,13 +47,13 @@ pub use crate::domain::{Challenge, PROOF_COOKIE};
 /// A solution that holds: its nonce must now be claimed once in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Solved {
-    pub nonce: u64,
-    pub expires_ms: Millis,
+    pub(crate) nonce: u64,
+    pub(crate) expires_ms: Millis,
 }
 
 /// Why a solution was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("malformed")]
     Malformed,
     #[error("not signed by us")]
@@ -178,7 +178,7 @@ impl Proofs {
 
     /// Checks a solution for `room` at `now`: signed by us, for this room,
     /// in time, and with the work done. Does not know whether it was used.
-    pub fn check(&self, room: &str, solution: &str, now: Millis) -> Result<Solved, Refusal> {
+    pub(crate) fn check(&self, room: &str, solution: &str, now: Millis) -> Result<Solved, Refusal> {
         if solution.len() > MAX_SOLUTION_LEN {
             return Err(Refusal::Malformed);
         }
@@ -263,7 +263,7 @@ pub struct Spent {
 }
 
 impl Spent {
-    pub fn of(headers: &HeaderMap) -> Self {
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
         Self {
             proof: headers::cookie(headers, PROOF_COOKIE).is_some(),
             captcha: headers::cookie(headers, crate::queue_page::CAPTCHA_COOKIE).is_some(),

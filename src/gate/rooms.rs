@@ -24,6 +24,7 @@ use crate::clock::{Millis, SharedClock};
 
 /// One room, ready to serve.
 pub struct Room {
+    /// The room's settings from the config file.
     pub config: RoomConfig,
     /// The policy the config file gives.
     base_policy: RoomPolicy,
@@ -43,10 +44,10 @@ pub struct Room {
     /// Finds the cookie name in a `Cookie` header (built once: building
     /// costs more than searching).
     pub cookie_finder: memchr::memmem::Finder<'static>,
-    pub template: Template,
+    pub(crate) template: Template,
     /// Observed admission rate, for the ETA.
     pub rate: RateTracker,
-    pub metrics: RoomMetrics,
+    pub(crate) metrics: RoomMetrics,
     /// How often each visitor may poll.
     pub(crate) poll_limit: VisitorLimit,
     /// Arrivals per enqueue-token member (`gate::members`).
@@ -58,7 +59,7 @@ pub struct Room {
     /// last figures showed a queue or a full room); proof of work is asked
     /// only then.
     queueing: AtomicBool,
-    /// Sessions this instance ended (see [`EndedHere`]).
+    /// Sessions this instance ended (see `EndedHere`).
     pub ended_here: EndedHere,
     /// WebSocket tunnels open here, by the visitor whose session opened them.
     pub tunnels: Arc<Tunnels>,
@@ -298,7 +299,7 @@ impl Room {
     }
 
     /// `visitor`'s session was ended by this instance at `now`: its tickets
-    /// check in at their next request (see [`EndedHere`]). A ticket may
+    /// check in at their next request (see `EndedHere`). A ticket may
     /// have been issued under another session duration than the one in
     /// force, so the longest check-in interval is waited out.
     pub fn ended(&self, visitor: VisitorId, now: Millis) {
@@ -324,7 +325,7 @@ impl Room {
         }
     }
 
-    pub fn events(&self) -> Arc<Vec<Arc<Event>>> {
+    pub(crate) fn events(&self) -> Arc<Vec<Arc<Event>>> {
         self.lock_applied().events.clone()
     }
 
@@ -494,14 +495,16 @@ pub struct Rooms {
 }
 
 impl Rooms {
-    pub fn new(rooms: Vec<Arc<Room>>) -> Self {
+    pub(crate) fn new(rooms: Vec<Arc<Room>>) -> Self {
         Self { rooms }
     }
 
+    /// Every room, in the order configured.
     pub fn all(&self) -> &[Arc<Room>] {
         &self.rooms
     }
 
+    /// The room with this id.
     pub fn by_id(&self, id: &str) -> Option<&Arc<Room>> {
         self.rooms.iter().find(|r| r.config.id == id)
     }

@@ -23,9 +23,9 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     HeaderName::from_static("http2-settings"),
 ];
 
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Headers named in `Connection`: they too describe only this connection.
 fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {

@@ -28,10 +28,13 @@ use pool::{Pool, Target};
 /// failure a 502/504.
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
+    /// No response headers within `origin.timeout` (504).
     #[error("origin did not answer within {0:?}")]
     Timeout(Duration),
+    /// No connection, or the connection failed (502).
     #[error("origin unreachable: {0}")]
     Unreachable(String),
+    /// The visitor's request cannot be sent as it is (400).
     #[error("request cannot be forwarded: {0}")]
     BadRequest(String),
     /// The visitor's request body broke off or was malformed (a bad chunk).
@@ -46,7 +49,7 @@ pub enum OriginError {
 }
 
 impl OriginError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             OriginError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             OriginError::Unreachable(_) | OriginError::UnaskedUpgrade => StatusCode::BAD_GATEWAY,
@@ -96,7 +99,7 @@ pub struct Outbound<'a> {
 }
 
 impl Proxy {
-    pub fn new(
+    pub(crate) fn new(
         origin: &OriginConfig,
         workers: usize,
         allowance: upload::Allowance,
@@ -136,7 +139,7 @@ impl Proxy {
     /// the daemon's own parameters (`canonical::OWN_PARAMS`), our own headers
     /// (set here, after the visitor's spellings of them are removed), and
     /// none of the daemon's cookies or the hop-by-hop headers.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         mut req: Request<Incoming>,
         out: Outbound<'_>,

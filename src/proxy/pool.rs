@@ -83,7 +83,7 @@ impl Pool {
     /// response, whose body puts the connection back when it ends. A
     /// request that a reused connection could not take (the origin had
     /// just closed it) is sent once more on a fresh connection.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         req: Request<Upload>,
         reusable: bool,
@@ -232,14 +232,14 @@ fn unreachable_error(e: &hyper::Error) -> OriginError {
 
 /// An origin response body that returns its connection to the pool when
 /// it has been read to the end.
-pub struct Pooled {
+pub(crate) struct Pooled {
     body: Incoming,
     home: Option<(SendRequest<Upload>, Arc<Pool>)>,
 }
 
 impl Pooled {
     /// The connection is never put back (the origin switched protocols).
-    pub fn disown(&mut self) {
+    pub(crate) fn disown(&mut self) {
         self.home = None;
     }
 

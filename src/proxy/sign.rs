@@ -36,6 +36,7 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
+    /// A signer with the `origin.sign_key_env` key.
     pub fn new(key: &Secret) -> Self {
         Self {
             // HMAC takes keys of any length.

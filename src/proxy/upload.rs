@@ -20,7 +20,7 @@ use crate::body::BoxError;
 
 /// How a request body's allowance is measured.
 #[derive(Clone, Copy, Debug)]
-pub struct Allowance {
+pub(crate) struct Allowance {
     /// The time every body gets.
     pub timeout: Duration,
     /// Each this many bytes received adds a second.
@@ -34,12 +34,12 @@ pub(crate) struct TooSlow;
 
 /// A request body with its allowance (see the module docs). A body that is
 /// empty from the start (most requests) carries nothing more than itself.
-pub enum Upload {
+pub(crate) enum Upload {
     Empty(Incoming),
     Timed(Box<Timed>),
 }
 
-pub struct Timed {
+pub(crate) struct Timed {
     body: Incoming,
     allowance: Allowance,
     /// Made when the body is first found waiting; its deadline moves out
@@ -51,7 +51,7 @@ pub struct Timed {
 }
 
 impl Upload {
-    pub fn new(body: Incoming, allowance: Allowance) -> Self {
+    pub(crate) fn new(body: Incoming, allowance: Allowance) -> Self {
         if body.is_end_stream() {
             return Upload::Empty(body);
         }

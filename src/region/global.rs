@@ -137,7 +137,7 @@ pub(super) struct Anywhere {
 pub struct Taken {
     /// This region's slot totals in the global store.
     pub raised: u64,
-    pub returned: u64,
+    pub(crate) returned: u64,
     /// Slots given now.
     pub slots: u64,
     /// Admission tokens given now.

@@ -15,7 +15,7 @@
 //!   first and then traffic) and the other regions' oldest waiting visitor
 //!   (the FIFO bound); lower the grant locally first when asked to, and
 //!   report that.
-//! * [`Region`] as [`Anywhere`]: a new visitor who finds the region's slots
+//! * [`Region`] as `Anywhere`: a new visitor who finds the region's slots
 //!   used up asks the global store for a slot of the Anywhere pool (one
 //!   cross-region round trip) before being queued.
 //!
@@ -66,7 +66,7 @@ fn regions_key(room: &str) -> String {
 pub struct SyncReply {
     /// This region's totals in the global store.
     pub raised: u64,
-    pub returned: u64,
+    pub(crate) returned: u64,
     /// The grant the global store wants this region to hold now.
     pub target: u64,
     /// The oldest `seq` waiting in another live region (0: none).
@@ -76,8 +76,8 @@ pub struct SyncReply {
     /// This region's admission-token totals in the global store, and the
     /// rate grant it wants the region to hold (all 0 for an unrated room).
     pub rate_raised: u64,
-    pub rate_returned: u64,
-    pub rate_target: u64,
+    pub(crate) rate_returned: u64,
+    pub(crate) rate_target: u64,
 }
 
 /// What one sync of one room did (for tests, the benchmark and logs).
@@ -87,9 +87,17 @@ pub enum Synced {
     /// neither a capacity nor a rate limit.
     Skipped,
     /// The global store answered; the grant in force is `grant`.
-    Done { grant: u64, reply: SyncReply },
+    Done {
+        /// The region's grant now.
+        grant: u64,
+        /// The global store's answer.
+        reply: SyncReply,
+    },
     /// The global store did not answer: the region keeps `grant`.
-    Degraded { grant: u64 },
+    Degraded {
+        /// The grant the region held before.
+        grant: u64,
+    },
 }
 
 /// One region's link to the global store.
@@ -150,10 +158,6 @@ impl Region {
     pub fn with_reserve_permille(mut self, permille: u64) -> Self {
         self.reserve_permille = permille.min(1000);
         self
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Whether the last call to the global store failed.
@@ -358,7 +362,7 @@ impl Region {
     }
 
     /// Asks the global store for up to `wanted` Anywhere slots of `room`
-    /// (and as many admission tokens, for a rated room), as [`Anywhere`]
+    /// (and as many admission tokens, for a rated room), as `Anywhere`
     /// applies them.
     pub async fn take_anywhere(
         &self,

@@ -63,7 +63,9 @@ pub enum StartError {
 /// What a daemon runs on, beyond its config. Tests inject a clock or a store.
 #[derive(Default)]
 pub struct Deps {
+    /// The store to use instead of the one `[store]` names.
     pub store: Option<SharedStore>,
+    /// The clock to use instead of the system's.
     pub clock: Option<SharedClock>,
     /// The config file, for reloads (`SIGHUP`, `POST /api/reload`).
     pub config_path: Option<PathBuf>,
@@ -71,7 +73,9 @@ pub struct Deps {
 
 /// A running daemon: its bound addresses, and the way to stop it.
 pub struct Daemon {
+    /// The public listener's address.
     pub addr: SocketAddr,
+    /// The admin listener's address.
     pub admin_addr: SocketAddr,
     /// The TLS listener's address, when `[tls]` is configured.
     pub tls_addr: Option<SocketAddr>,

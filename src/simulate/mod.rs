@@ -69,14 +69,19 @@ pub struct Crowd {
 /// A crowd that cannot be simulated, named by its option.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum CrowdError {
+    /// `--peak` is not a positive rate.
     #[error("--peak must be a positive number of arrivals per second; got {0}")]
     Peak(f64),
+    /// `--visitors` is 0.
     #[error("--visitors must be at least 1")]
     Visitors,
+    /// `--duration` is under a second.
     #[error("--duration must be at least 1s")]
     Duration,
+    /// `--time-on-site` is under a second.
     #[error("--time-on-site must be at least 1s")]
     TimeOnSite,
+    /// `--abandon` is not a share between 0 and 1.
     #[error("--abandon must be a share between 0 and 1; got {0}")]
     Abandon(f64),
 }
@@ -158,8 +163,10 @@ fn effective_ramp(ramp: Duration, duration: Duration) -> f64 {
 pub struct Sample {
     /// Seconds since the first arrival could come.
     pub t: u32,
+    /// Active sessions.
     pub active: u64,
-    pub queued: u64,
+    pub(crate) queued: u64,
+    /// Admissions in the last 60 s.
     pub admitted_last_minute: u64,
     /// What a visitor joining the back of the queue is told, in seconds.
     pub eta_back: u64,
@@ -181,22 +188,27 @@ pub struct Wait {
 /// What a run found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
+    /// The room's figures, once a second.
     pub samples: Vec<Sample>,
     /// Every visitor who was queued, in arrival order.
     pub waits: Vec<Wait>,
+    /// The figures an operator wants.
     pub summary: Summary,
 }
 
 /// The figures an operator wants from a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
-    pub room: String,
-    /// `total_active_users` and `new_users_per_minute` of the room (0: none).
+    pub(crate) room: String,
+    /// `total_active_users` of the room (0: none).
     pub limit: u64,
-    pub rate_limit: u64,
+    /// `new_users_per_minute` of the room (0: none).
+    pub(crate) rate_limit: u64,
+    /// Visitors who came.
     pub arrived: u64,
     /// Let in on arrival, without waiting.
     pub admitted_at_once: u64,
+    /// Visitors who had to queue.
     pub queued: u64,
     /// Queued visitors who got in.
     pub admitted_from_queue: u64,
@@ -208,12 +220,15 @@ pub struct Summary {
     pub rejected: u64,
     /// Most active sessions seen at once.
     pub max_active: u64,
+    /// Most visitors waiting at once.
     pub peak_queue: u64,
-    pub peak_queue_at: f64,
+    pub(crate) peak_queue_at: f64,
+    /// Most admissions in any minute.
     pub peak_admissions_per_minute: u64,
-    /// When the first visitor had to queue, and the share of the places in
-    /// use then (`None`: nobody queued; no limit: no share).
+    /// When the first visitor had to queue, in seconds (`None`: nobody queued).
     pub queue_formed_at: Option<f64>,
+    /// The share of the places in use when the first visitor had to queue
+    /// (`None`: nobody queued, or no `limit`).
     pub utilization_when_queueing_started: Option<f64>,
     /// When the last waiting visitor got in (or gave up), once arrivals were
     /// over; `None` if the run stopped first.
@@ -221,12 +236,16 @@ pub struct Summary {
     /// The run stopped with people still waiting: nobody was let in for
     /// half an hour, or a day passed after the last arrival.
     pub stopped_early: bool,
+    /// Longest wait of a queued visitor who got in, in seconds.
     pub longest_wait: Option<f64>,
+    /// Median of those waits.
     pub median_wait: Option<f64>,
+    /// 90th percentile of those waits.
     pub p90_wait: Option<f64>,
-    /// |told − waited| / waited of the estimate told on arrival.
+    /// Median of |told − waited| / waited of the estimate told on arrival.
     pub eta_error_median: Option<f64>,
-    pub eta_error_p90: Option<f64>,
+    /// The same, 90th percentile.
+    pub(crate) eta_error_p90: Option<f64>,
     /// The largest ratio between two estimates a visitor saw in a row.
     pub largest_eta_jump: Option<f64>,
     /// Virtual seconds simulated.

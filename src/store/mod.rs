@@ -51,7 +51,7 @@ pub mod redis;
 
 pub use crate::domain::{
     EventSpec, Lanes, QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, Settings,
-    VisitorId, MAX_CHECK_IN_MS, MAX_LANES, MIN_CHECK_IN_MS,
+    VisitorId, MAX_LANES, MIN_CHECK_IN_MS,
 };
 
 use std::sync::Arc;
@@ -122,7 +122,7 @@ pub fn minstd_seed(seed: u64) -> u64 {
 pub struct LaneTurns {
     /// The pass of the lane served last.
     pub virtual_time: u64,
-    pub pass: [u64; MAX_LANES + 1],
+    pub(crate) pass: [u64; MAX_LANES + 1],
 }
 
 /// One turn of a lane with a share of 1 (a thousandth moves a pass 1000
@@ -193,9 +193,12 @@ pub struct QueuePlace {
 pub enum Verdict {
     /// The visitor holds a live session until `session_expires_ms`.
     Admitted {
+        /// When the session runs out unless checked in.
         session_expires_ms: Millis,
     },
+    /// The visitor waits at this place.
     Queued(QueuePlace),
+    /// The visitor is turned away.
     Rejected(RejectReason),
     /// The visitor's queue place was ended (released, or the room reset):
     /// its ticket is void and the visitor is a newcomer again. Only `poll`
@@ -206,7 +209,9 @@ pub enum Verdict {
 /// Live figures of one room.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RoomStats {
+    /// Live sessions.
     pub active: u64,
+    /// Visitors waiting, every lane counted.
     pub queued: u64,
     /// Admissions in `(now - 60 s, now]`.
     pub admitted_last_minute: u64,
@@ -219,9 +224,13 @@ pub struct RoomStats {
 /// Cumulative counts the store keeps per room (for metrics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RoomTotals {
+    /// Admissions.
     pub admitted: u64,
+    /// Visitors put in the queue.
     pub queued: u64,
+    /// Arrivals turned away.
     pub rejected: u64,
+    /// Queue places dropped for want of polls (`abandon_after`).
     pub abandoned: u64,
 }
 
@@ -233,6 +242,7 @@ pub struct EventStart {
     /// Visitors queued with a `seq` in `prequeue_seq..start_seq` arrived
     /// during the prequeue.
     pub prequeue_seq: u64,
+    /// The first `seq` of the event's start; later arrivals queue after the prequeue.
     pub start_seq: u64,
     /// Put the prequeue in a random order.
     pub shuffle: bool,
@@ -253,16 +263,20 @@ impl EventStart {
     }
 }
 
+/// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// No answer within `store.timeout`.
     #[error("store timed out")]
     Timeout,
     /// Not tried: the store failed a moment ago and is left alone until its
     /// next probe (`gate::guard`).
     #[error("store down; retrying shortly")]
     Down,
+    /// No connection, or the store refused the call.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// An answer the store should not give.
     #[error("store answered something unexpected: {0}")]
     Protocol(String),
     /// The room's runtime changes in the store are newer (this revision)
@@ -356,6 +370,8 @@ pub trait Maintenance: Send + Sync {
     async fn flush(&self, _room: &RoomPolicy, _now_ms: Millis) {}
 }
 
+/// All shared room state: every decision is one atomic call. The memory and
+/// Redis stores implement it, and the conformance suite checks both.
 #[async_trait]
 pub trait Store: Maintenance + Send + Sync + 'static {
     /// A visitor without a valid ticket arrives in `lane` (0: the general

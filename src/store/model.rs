@@ -107,8 +107,8 @@ use crate::clock::Millis;
 /// One waiting visitor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiting {
-    pub visitor: VisitorId,
-    pub seq: u64,
+    pub(crate) visitor: VisitorId,
+    pub(crate) seq: u64,
     /// Its last poll (its arrival until the first).
     pub last_poll: Millis,
 }
@@ -128,10 +128,10 @@ pub struct ModelRoom {
     pub lanes: [Vec<Waiting>; MAX_LANES],
     /// Whose turn it is among the lanes.
     pub turns: Turns,
-    pub last_seq: u64,
-    pub reset_floor: u64,
-    pub started_event: Option<String>,
-    pub totals: RoomTotals,
+    pub(crate) last_seq: u64,
+    pub(crate) reset_floor: u64,
+    pub(crate) started_event: Option<String>,
+    pub(crate) totals: RoomTotals,
 }
 
 impl ModelRoom {
@@ -477,6 +477,7 @@ pub struct ModelStore {
 }
 
 impl ModelStore {
+    /// An empty model.
     pub fn new() -> Self {
         Self::default()
     }

@@ -35,7 +35,7 @@ pub const OPENMETRICS_0_0_1: &str = "application/openmetrics-text; version=0.0.1
 
 /// What `/metrics` answers in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// The Prometheus text format 0.0.4.
     Classic,
     /// OpenMetrics, labelled with the version the scraper named (1.0.0
@@ -45,7 +45,7 @@ pub enum Format {
 
 impl Format {
     /// The `Content-Type` of a body in this format.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Classic => CLASSIC,
             Format::OpenMetrics { v0_0_1: false } => OPENMETRICS_1_0_0,
@@ -62,7 +62,7 @@ impl Format {
     /// specifically (`application/openmetrics-text, */*`); the classic
     /// format otherwise, so no `Accept`, `*/*`, `text/plain` and anything
     /// we cannot send get it.
-    pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
+    pub(crate) fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
         let mut om = Match::NONE;
         let mut text = Match::NONE;
         for range in accept.into_iter().flat_map(|v| v.split(',')) {

@@ -88,10 +88,10 @@ pub struct Metrics {
 /// The handles of one room, cloned out of the families once.
 #[derive(Clone)]
 pub struct RoomMetrics {
-    pub admitted: Counter,
-    pub queued: Counter,
-    pub rejected: Counter,
-    pub revoked: Counter,
+    pub(crate) admitted: Counter,
+    pub(crate) queued: Counter,
+    pub(crate) rejected: Counter,
+    pub(crate) revoked: Counter,
     /// New visitors refused because their address asked for tickets too fast.
     pub limited: Counter,
     /// Admitted sessions ended because they were used from more networks
@@ -112,7 +112,7 @@ pub struct RoomMetrics {
     /// Captcha tokens the provider took, and refused (or gave no verdict
     /// on, or another network handed in first).
     pub captcha_passed: Counter,
-    pub captcha_failed: Counter,
+    pub(crate) captcha_failed: Counter,
     /// Captcha tokens passed unverified: the verifier gave no answer while
     /// it was down for most visitors and `challenge_on_error = "open"`.
     pub captcha_open_passed: Counter,
@@ -123,16 +123,16 @@ pub struct RoomMetrics {
     /// expired, another room or address), replayed (a `jti` seen before),
     /// and arrivals of a `sub` the room had seen (folded into its place).
     pub token_verified: Counter,
-    pub token_refused: Counter,
-    pub token_replayed: Counter,
-    pub token_folded: Counter,
+    pub(crate) token_refused: Counter,
+    pub(crate) token_replayed: Counter,
+    pub(crate) token_folded: Counter,
     /// Lane codes refused (unknown, or single-use and used): the visitor
     /// waits in the general queue.
     pub lane_code_refused: Counter,
     /// Per priority lane (lane 1 first): visitors who entered it, and who
     /// were let in from it.
     pub lanes: Vec<LaneMetrics>,
-    pub decision_latency: Histogram,
+    pub(crate) decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
 }
@@ -162,7 +162,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("waitroom");
         let m = Self {
             region: RegionMetrics::default(),
@@ -384,25 +384,25 @@ impl Metrics {
         self.store_busy.inc();
     }
 
-    pub fn store_error(&self) {
+    pub(crate) fn store_error(&self) {
         self.store_errors.inc();
     }
 
-    pub fn set_store_up(&self, up: bool) {
+    pub(crate) fn set_store_up(&self, up: bool) {
         self.store_up.set(i64::from(up));
     }
 
-    pub fn response(&self, status: http::StatusCode) {
+    pub(crate) fn response(&self, status: http::StatusCode) {
         let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
         self.by_class[class].inc();
     }
 
-    pub fn origin_latency(&self, seconds: f64) {
+    pub(crate) fn origin_latency(&self, seconds: f64) {
         self.origin_latency.observe(seconds);
     }
 
     /// The exposition in `format` (see `super::exposition`).
-    pub fn encode(&self, format: Format) -> String {
+    pub(crate) fn encode(&self, format: Format) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -19,8 +19,8 @@ pub use metrics::{Metrics, RoomMetrics};
 /// Metrics, history and the draining flag, shared by every gate a reload builds.
 #[derive(Default)]
 pub struct Telemetry {
-    pub metrics: Metrics,
-    pub history: History,
+    pub(crate) metrics: Metrics,
+    pub(crate) history: History,
     /// Set on SIGTERM: `/ready` answers 503 so load balancers stop sending.
     pub draining: AtomicBool,
 }
