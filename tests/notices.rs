@@ -1,7 +1,8 @@
 //! Notices to the people waiting and page previews, over real HTTP: an
 //! operator's notice reaches every instance on one Redis within a refresh
 //! and survives a restart, is chosen by language, expires, is shown as
-//! text; events carry their own.
+//! text; events carry their own; previews render every page and write
+//! nothing.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
@@ -390,4 +391,126 @@ async fn an_event_shows_its_notice_while_in_force_unless_the_operator_has_one() 
     // Once the event ends, so does its notice.
     h.clock.advance(Duration::from_secs(3_600));
     assert!(h.status(&queued).await.get("notice").is_none());
+}
+
+async fn preview(h: &Harness, query: &str) -> reqwest::Response {
+    h.bare()
+        .get(h.admin_url(&format!("/api/rooms/shop/preview{query}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Every key in the Redis store, sorted.
+fn keys(server: &RedisServer) -> Vec<String> {
+    let mut names: Vec<String> = server.cmd(&["KEYS", "*"]);
+    names.sort();
+    names
+}
+
+/// The room's figures as the store counts them: sessions, places, totals.
+async fn figures(h: &Harness) -> (u64, u64, u64, u64) {
+    let (active, queued) = h.counts().await;
+    let totals = h.store().totals(&h.policy()).await.unwrap();
+    (active, queued, totals.admitted, totals.queued)
+}
+
+/// The lines of `/metrics` about rooms and visitors.
+async fn room_metrics(h: &Harness) -> Vec<String> {
+    h.metrics()
+        .await
+        .lines()
+        .filter(|l| l.contains("room=\"shop\"") && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_render_every_page_with_the_notice_and_write_nothing() {
+    let server = redis().await;
+    let h = Harness::start(on_redis(&server)).await;
+    let _queued = queue_one(&h).await;
+    patch_ok(
+        &h,
+        json!({"notice": {"text": "Restock <soon>", "texts": {"de": "Nachschub <bald>"}}}),
+    )
+    .await;
+    let keys_before = keys(&server);
+    let figures_before = figures(&h).await;
+    let metrics_before = room_metrics(&h).await;
+
+    for (state, shows) in [
+        ("queued", "42"),
+        ("prequeue", "sample"),
+        ("closed", "Sold out"),
+        ("sold_out", "Sold out"),
+        ("challenge", "Checking your browser"),
+    ] {
+        let resp = preview(&h, &format!("?state={state}&lang=en")).await;
+        assert_eq!(resp.status(), 200, "{state}");
+        let csp = resp.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(csp.contains("sandbox"), "{csp}");
+        assert_eq!(resp.headers()["content-language"], "en");
+        assert!(resp.headers().get("set-cookie").is_none(), "no ticket");
+        let page = resp.text().await.unwrap();
+        assert!(page.contains(shows), "{state}: {page}");
+        if state != "challenge" {
+            assert!(page.contains("Restock &lt;soon&gt;"), "{state}: {page}");
+        }
+    }
+    let de = preview(&h, "?state=queued&lang=de")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(de.contains("Nachschub &lt;bald&gt;") && de.contains("<html lang=\"de\">"));
+    let fr = preview(&h, "?state=queued").await;
+    assert_eq!(
+        fr.headers()["content-language"],
+        "en",
+        "without lang: the room's choice"
+    );
+
+    assert_eq!(keys(&server), keys_before, "no store key written");
+    assert_eq!(figures(&h).await, figures_before, "no place, no session");
+    assert_eq!(room_metrics(&h).await, metrics_before, "no visitor counted");
+}
+
+#[tokio::test]
+async fn a_preview_of_an_unknown_state_or_language_is_refused() {
+    let h = Harness::start(small).await;
+    for (query, message) in [
+        (
+            "?state=gone",
+            "state: expected one of queued, prequeue, closed, challenge, sold_out, got \"gone\"",
+        ),
+        (
+            "",
+            "state: required, one of queued, prequeue, closed, challenge, sold_out",
+        ),
+        (
+            "?state=queued&lang=xx",
+            "lang: expected one of en, zh, de, es, fr, ja, pt, ru, got \"xx\"",
+        ),
+        (
+            "?state=queued&visitor=1",
+            "visitor: unknown parameter (state and lang are taken)",
+        ),
+    ] {
+        let resp = preview(&h, query).await;
+        assert_eq!(resp.status(), 400, "{query}");
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(e["error"], message);
+    }
+    let resp = h
+        .bare()
+        .get(h.admin_url("/api/rooms/shop/preview?state=queued"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401, "the admin API's token");
 }

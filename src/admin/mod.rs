@@ -30,11 +30,12 @@ use crate::config::Secret;
 use crate::domain::{
     EventSpec, Notice, NoticeLevel, QueueingMethod, RoomState, Settings, VisitorId,
 };
+use crate::gate::preview::PreviewState;
 use crate::gate::schedule::{self, Phase};
 use crate::gate::{AmendError, Room, SharedGate};
-use crate::i18n::Lang;
+use crate::i18n::{Chosen, Lang};
 use crate::queue_page::rfc3339;
-use crate::respond::{html, json, text};
+use crate::respond::{html, json, language, text};
 use crate::store::StoreError;
 use crate::telemetry::exposition::Format;
 
@@ -247,6 +248,10 @@ impl Admin {
                 self.change(&room, change).await?;
                 Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
             }
+            (&Method::GET, ["api", "rooms", id, "preview"]) => {
+                let room = self.room(id)?;
+                self.preview(&room, req.uri().query(), req.headers())
+            }
             (&Method::GET, ["api", "rooms", id, "events"]) => {
                 let room = self.room(id)?;
                 Ok(json(StatusCode::OK, &self.events_json(&room), None))
@@ -370,6 +375,65 @@ impl Admin {
             "notice": room.notice().as_deref().map(notice_json),
             "fairness": fairness_json(room),
         }))
+    }
+
+    /// `GET /api/rooms/{id}/preview?state=..&lang=..`: the page, sandboxed
+    /// (its script does not run, so it polls nothing); nothing is written.
+    fn preview(
+        &self,
+        room: &Room,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+    ) -> Result<Response<Body>, AdminError> {
+        let (mut state, mut lang) = (None, None);
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match key.as_ref() {
+                "state" => state = Some(value.into_owned()),
+                "lang" => lang = Some(value.into_owned()),
+                other => {
+                    return Err(AdminError::BadRequest(format!(
+                        "{other}: unknown parameter (state and lang are taken)"
+                    )))
+                }
+            }
+        }
+        let states = || {
+            PreviewState::ALL
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let state = state.ok_or_else(|| {
+            AdminError::BadRequest(format!("state: required, one of {}", states()))
+        })?;
+        let state = PreviewState::parse(&state).ok_or_else(|| {
+            AdminError::BadRequest(format!(
+                "state: expected one of {}, got {state:?}",
+                states()
+            ))
+        })?;
+        let chosen = match lang {
+            None => room.config.language.choose(headers),
+            Some(code) => Chosen {
+                lang: Lang::from_code(&code).ok_or_else(|| {
+                    AdminError::BadRequest(format!(
+                        "lang: expected one of {}, got {code:?}",
+                        language_codes()
+                    ))
+                })?,
+                negotiated: false,
+            },
+        };
+        let page = self.gates.load_full().preview(room, state, chosen.lang);
+        let mut resp = html(StatusCode::OK, page);
+        language(&mut resp, chosen);
+        // Shown as it is, but inert: no script, no form, no cookie.
+        resp.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            header::HeaderValue::from_static("sandbox; script-src 'none'"),
+        );
+        Ok(resp)
     }
 
     /// Merges a change into the room's stored overrides and applies it here
