@@ -66,6 +66,7 @@ fn pages(c: &mut Criterion) {
         challenge: None,
         captcha: None,
         lane: None,
+        notice: None,
     };
     let template = Template::builtin();
     for lang in [Lang::En, Lang::Ru] {

@@ -1,6 +1,7 @@
 //! The words the whole daemon speaks about rooms and visitors: a visitor's
 //! id, a room's policy, queueing method and state, an event, the
-//! operators' runtime changes and why a visitor is turned away. Config,
+//! operators' runtime changes, notices to the people waiting, and why a
+//! visitor is turned away. Config,
 //! tickets, pages, the proxy and the store share them; this module depends
 //! on nothing of the crate but the clock.
 
@@ -227,6 +228,95 @@ pub struct RoomOverrides {
     /// API (they replace the config file's list); `None`: the file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventSpec>>,
+    /// The operator's notice to the people waiting (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<Notice>,
+}
+
+/// Longest notice text, in characters (each language's too).
+pub const MAX_NOTICE_CHARS: usize = 500;
+
+/// Most translations a notice carries (besides its default text).
+pub const MAX_NOTICE_LANGUAGES: usize = 16;
+
+/// A short message to the people waiting in a room (docs/operating.md,
+/// "Notices"): the operator's, set through the admin API and kept with
+/// the overrides, or an event's while it is in force. Shown as text,
+/// never as markup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    /// The text for every language without its own.
+    pub text: String,
+    /// The text per language code (`de`, `fr`, ...).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub texts: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub level: NoticeLevel,
+    /// Shown until then (ms since the epoch); `None`: until cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<Millis>,
+}
+
+/// How a notice is shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeLevel {
+    #[default]
+    Info,
+    Warning,
+}
+
+impl Notice {
+    /// A plain notice: one text, `info`, no expiry (an event's from the config file).
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            texts: Default::default(),
+            level: NoticeLevel::Info,
+            expires_ms: None,
+        }
+    }
+
+    /// Whether it is shown at `now`.
+    pub fn shown_at(&self, now: Millis) -> bool {
+        self.expires_ms.is_none_or(|e| now < e)
+    }
+
+    /// The text in the language with this code, else the default text.
+    pub fn text_in(&self, code: &str) -> &str {
+        self.texts.get(code).map_or(&self.text, String::as_str)
+    }
+
+    /// Refuses a blank or too long text and too many languages, naming
+    /// the field (`notice.text`, `notice.texts.de`).
+    pub fn check_bounds(&self) -> Result<(), String> {
+        check_notice_text(&self.text).map_err(|why| format!("notice.text: {why}"))?;
+        if self.texts.len() > MAX_NOTICE_LANGUAGES {
+            return Err(format!(
+                "notice.texts: at most {MAX_NOTICE_LANGUAGES} languages, got {}",
+                self.texts.len()
+            ));
+        }
+        for (code, text) in &self.texts {
+            check_notice_text(text).map_err(|why| format!("notice.texts.{code}: {why}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a notice text is refused: blank, or over [`MAX_NOTICE_CHARS`]
+/// characters.
+pub fn check_notice_text(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("must not be blank".into());
+    }
+    let chars = text.chars().count();
+    if chars > MAX_NOTICE_CHARS {
+        return Err(format!(
+            "at most {MAX_NOTICE_CHARS} characters, got {chars}"
+        ));
+    }
+    Ok(())
 }
 
 /// A scheduled period with its own settings (docs/how-it-works.md, "Timed
@@ -249,6 +339,10 @@ pub struct EventSpec {
     /// What the event changes from its start to its end.
     #[serde(flatten)]
     pub settings: Settings,
+    /// Shown to the people waiting from its prequeue to its end, unless
+    /// the operator's own notice is shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<Notice>,
 }
 
 /// Room settings an event or an operator changes (`None`: unchanged).

@@ -10,6 +10,7 @@ use minijinja::value::{Kwargs, Value};
 use minijinja::{context, AutoEscape, Environment, HtmlEscape};
 use serde::Serialize;
 
+use crate::domain::{Notice, NoticeLevel};
 use crate::i18n::{self, Lang};
 
 /// The built-in queue page.
@@ -141,6 +142,37 @@ pub struct Status {
     /// queue); its position and the queue's length count that lane.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lane: Option<String>,
+    /// The operator's (or the event's) notice, in the visitor's language.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<NoticeInfo>,
+}
+
+/// The status JSON's `notice`, and the page's: a message to the people
+/// waiting, as text (the page never takes it as markup).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NoticeInfo {
+    pub text: String,
+    pub level: NoticeLevel,
+    /// Until when it is shown, RFC 3339 (absent: until cleared).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+}
+
+impl NoticeInfo {
+    /// `notice` in the language `lang` gives (called only when the notice
+    /// has translations, so a poll without them never reads `Accept-Language`).
+    pub fn of(notice: &Notice, lang: impl FnOnce() -> Lang) -> Self {
+        let text = if notice.texts.is_empty() {
+            &notice.text
+        } else {
+            notice.text_in(lang().code())
+        };
+        Self {
+            text: text.to_owned(),
+            level: notice.level,
+            expires: notice.expires_ms.map(rfc3339),
+        }
+    }
 }
 
 /// The status JSON's `captcha`: show the provider's widget with this site
@@ -340,6 +372,10 @@ pub struct QueueView {
     pub event_countdown_text: String,
     /// The priority lane the visitor waits in, if any.
     pub lane: Option<String>,
+    /// The notice to show (`notice.text`, `notice.level`, `notice.expires`),
+    /// if any; the built-in page keeps it in `#wr-notice`, which its
+    /// script updates from the status JSON.
+    pub notice: Option<NoticeInfo>,
 }
 
 impl QueueView {
@@ -381,6 +417,7 @@ impl QueueView {
             event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
             event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0), language),
             lane: status.lane.clone(),
+            notice: status.notice.clone(),
         }
     }
 
@@ -397,6 +434,7 @@ impl QueueView {
             challenge: None,
             captcha: None,
             lane: None,
+            notice: None,
         };
         Self::new(
             &status,
@@ -523,39 +561,48 @@ struct Prerendered {
     tail: String,
 }
 
-/// Every message page in every language, built on first use: they answer
-/// floods (429s, 503s), so a request only copies one.
-static MESSAGES: LazyLock<Vec<Prerendered>> = LazyLock::new(|| {
+/// The message page, compiled once.
+static MESSAGE_ENV: LazyLock<Environment<'static>> = LazyLock::new(|| {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     if let Err(e) = env.add_template("message.html", MESSAGE_TEMPLATE) {
         tracing::error!(error = %e, "the built-in message page does not compile");
     }
+    env
+});
+
+/// The message page for `msg` in `lang`, with `notice` when there is one.
+fn render_message_page(msg: Msg, lang: Lang, refresh: &str, notice: Option<&NoticeInfo>) -> String {
+    let (title, text) = msg.keys();
+    let t = lang.strings();
+    MESSAGE_ENV
+        .get_template("message.html")
+        .and_then(|tpl| {
+            tpl.render(context! {
+                lang => lang.code(),
+                title => t.get(title),
+                text => t.get(text),
+                refresh_seconds => refresh,
+                notice => notice,
+            })
+        })
+        .unwrap_or_else(|_| {
+            format!(
+                "<!doctype html><html lang=\"{}\"><title>{1}</title><h1>{1}</h1>",
+                lang.code(),
+                HtmlEscape(t.get(title))
+            )
+        })
+}
+
+/// Every message page in every language, built on first use: they answer
+/// floods (429s, 503s), so a request only copies one.
+static MESSAGES: LazyLock<Vec<Prerendered>> = LazyLock::new(|| {
     let mut pages = Vec::with_capacity(Msg::ALL.len() * Lang::ALL.len());
     for msg in Msg::ALL {
         for lang in Lang::ALL {
-            let (title, text) = msg.keys();
-            let t = lang.strings();
-            let render = |refresh: &str| {
-                env.get_template("message.html")
-                    .and_then(|tpl| {
-                        tpl.render(context! {
-                            lang => lang.code(),
-                            title => t.get(title),
-                            text => t.get(text),
-                            refresh_seconds => refresh,
-                        })
-                    })
-                    .unwrap_or_else(|_| {
-                        format!(
-                            "<!doctype html><html lang=\"{}\"><title>{1}</title><h1>{1}</h1>",
-                            lang.code(),
-                            HtmlEscape(t.get(title))
-                        )
-                    })
-            };
-            let still = render("");
-            let marked = render(REFRESH_MARK);
+            let still = render_message_page(msg, lang, "", None);
+            let marked = render_message_page(msg, lang, REFRESH_MARK, None);
             let (head, tail) = marked
                 .split_once(REFRESH_MARK)
                 .map(|(h, t)| (h.to_owned(), t.to_owned()))
@@ -565,6 +612,26 @@ static MESSAGES: LazyLock<Vec<Prerendered>> = LazyLock::new(|| {
     }
     pages
 });
+
+/// A room's message page (sold out, too busy) with the room's notice:
+/// rendered for the request when there is one, else the prerendered page.
+pub fn render_message_with(
+    msg: Msg,
+    lang: Lang,
+    refresh_seconds: u64,
+    notice: Option<&NoticeInfo>,
+) -> String {
+    match notice {
+        None => render_message(msg, lang, refresh_seconds),
+        Some(n) => {
+            let refresh = match refresh_seconds {
+                0 => String::new(),
+                s => s.to_string(),
+            };
+            render_message_page(msg, lang, &refresh, Some(n))
+        }
+    }
+}
 
 /// A message page in a language; it reloads itself after
 /// `refresh_seconds` unless that is 0.
@@ -696,6 +763,37 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)"), "{html}");
     }
 
+    #[test]
+    fn a_notice_is_shown_as_text_on_the_queue_page_and_the_message_page() {
+        let mut view = view_in(Lang::En, false);
+        let page = Template::builtin().render(&view);
+        assert!(
+            page.contains("id=\"wr-notice\"") && page.contains(" hidden>"),
+            "{page}"
+        );
+        view.notice = Some(NoticeInfo {
+            text: "<b>Restock</b> & more".into(),
+            level: NoticeLevel::Warning,
+            expires: None,
+        });
+        for page in [
+            Template::builtin().render(&view),
+            render_message_with(Msg::Closed, Lang::En, 0, view.notice.as_ref()),
+        ] {
+            assert!(
+                page.contains("&lt;b&gt;Restock&lt;&#x2f;b&gt; &amp; more"),
+                "{page}"
+            );
+            assert!(page.contains("notice warning"), "{page}");
+            assert!(!page.contains("<b>Restock"), "{page}");
+        }
+        assert_eq!(
+            render_message_with(Msg::Closed, Lang::De, 9, None),
+            render_message(Msg::Closed, Lang::De, 9),
+            "without a notice: the prerendered page"
+        );
+    }
+
     fn view_in(lang: Lang, prequeue: bool) -> QueueView {
         view_with(lang, prequeue, 20)
     }
@@ -713,6 +811,7 @@ mod tests {
             challenge: None,
             captcha: None,
             lane: None,
+            notice: None,
         };
         if prequeue {
             status.state = VisitorState::Prequeue;

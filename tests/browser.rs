@@ -319,6 +319,7 @@ async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
                     session_duration_ms: Some(600_000),
                     ..Default::default()
                 },
+                notice: None,
             },
             template: None,
         }];
@@ -425,4 +426,60 @@ async fn without_javascript_the_challenge_page_explains() {
     assert!(body.contains("needs JavaScript"), "{body}");
     let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
     assert_eq!(stats.queued, 0);
+}
+
+/// The operator's notice appears, changes and goes on a waiting page
+/// without a reload, as text (markup in it is shown, not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_appears_and_changes_on_the_queue_page_without_a_reload() {
+    let h = small_room().await;
+    let _a = admit(&h).await;
+    let notice = |body: serde_json::Value| {
+        let req = h
+            .bare()
+            .patch(h.admin_url("/api/rooms/shop"))
+            .json(&serde_json::json!({ "notice": body }));
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    };
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "1");
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-notice').hidden")
+            .await,
+        true,
+        "no notice yet"
+    );
+    browser.eval("(window.__marker = 1)").await;
+
+    notice(serde_json::json!({"text": "Restock at <b>18:00</b>"})).await;
+    browser
+        .wait_until(
+            "!document.getElementById('wr-notice').hidden && document.getElementById('wr-notice-text').textContent === 'Restock at <b>18:00</b>'",
+            WAIT,
+        )
+        .await;
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-notice').querySelectorAll('b').length")
+            .await,
+        0,
+        "text, not markup"
+    );
+    notice(serde_json::json!({"text": "Payment is slow", "level": "warning"})).await;
+    browser
+        .wait_until(
+            "document.getElementById('wr-notice-text').textContent === 'Payment is slow' && document.getElementById('wr-notice').className.includes('warning')",
+            WAIT,
+        )
+        .await;
+    notice(serde_json::Value::Null).await;
+    browser
+        .wait_until("document.getElementById('wr-notice').hidden", WAIT)
+        .await;
+    assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
 }

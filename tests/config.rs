@@ -207,6 +207,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "start",
         "end",
         "shuffle_at_start",
+        "notice",
         "bind_to_client",
         "max_networks_per_session",
         "sign_key_env",
@@ -400,6 +401,10 @@ const BAD: &[(&str, &str)] = &[
         "room[0].event[0].end (line 14, column 7): 2026-12-01T09:00:00Z must be after start 2026-12-01T10:00:00Z",
     ),
     (
+        "event_notice_too_long",
+        "room[0].event[0].notice (line 15, column 10): at most 500 characters, got 569",
+    ),
+    (
         "event_overlap",
         "room[0].event[1].start (line 18, column 9): event \"late\" overlaps event[0] \"drop\" (prequeue included); events in a room must not overlap",
     ),
@@ -485,7 +490,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_event_key",
-        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`",
+        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`, `notice`",
     ),
     (
         "unknown_room_key",
@@ -1265,4 +1270,24 @@ fn lanes_are_checked_and_become_the_policy() {
         .collect();
     assert!(err(&room(&five), &env).contains("at most 4"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `waitroom check` refuses an event's notice that is too long with exit
+/// code 64 and the key's name, before anything starts.
+#[test]
+fn check_exits_64_on_an_events_notice_too_long() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+        .args(["check", "--config"])
+        .arg(format!("{FIXTURES}/event_notice_too_long.toml"))
+        .env("WAITROOM_COOKIE_KEYS", KEY_A)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(
+            "room[0].event[0].notice (line 15, column 10): at most 500 characters, got 569"
+        ),
+        "{stderr}"
+    );
 }

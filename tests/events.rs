@@ -34,6 +34,7 @@ fn drop_event(total_active_users: u64) -> EventConfig {
                 total_active_users: Some(total_active_users),
                 ..Settings::default()
             },
+            notice: None,
         },
         template: None,
     }

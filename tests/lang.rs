@@ -138,6 +138,7 @@ async fn the_prequeue_page_speaks_each_language() {
                 end_ms: T0 + 7_200_000,
                 shuffle_at_start: false,
                 settings: Settings::default(),
+                notice: None,
             },
             template: None,
         }];

@@ -27,11 +27,15 @@ use crate::body::{full, Body};
 use crate::canonical::{host as parse_host, is_loopback_host};
 use crate::config::bounds::{MAX_DURATION, MAX_DURATION_TEXT, MAX_LIMIT, MIN_SESSION};
 use crate::config::Secret;
-use crate::domain::{EventSpec, QueueingMethod, RoomState, Settings, VisitorId};
+use crate::domain::{
+    EventSpec, Notice, NoticeLevel, QueueingMethod, RoomState, Settings, VisitorId,
+};
+use crate::gate::preview::PreviewState;
 use crate::gate::schedule::{self, Phase};
 use crate::gate::{AmendError, Room, SharedGate};
+use crate::i18n::{Chosen, Lang};
 use crate::queue_page::rfc3339;
-use crate::respond::{html, json, text};
+use crate::respond::{html, json, language, text};
 use crate::store::StoreError;
 use crate::telemetry::exposition::Format;
 
@@ -244,6 +248,10 @@ impl Admin {
                 self.change(&room, change).await?;
                 Ok(json(StatusCode::OK, &self.room_json(&room).await?, None))
             }
+            (&Method::GET, ["api", "rooms", id, "preview"]) => {
+                let room = self.room(id)?;
+                self.preview(&room, req.uri().query(), req.headers())
+            }
             (&Method::GET, ["api", "rooms", id, "events"]) => {
                 let room = self.room(id)?;
                 Ok(json(StatusCode::OK, &self.events_json(&room), None))
@@ -364,8 +372,68 @@ impl Admin {
             "admitted_last_minute": stats.admitted_last_minute,
             "eta_seconds": room.rate.eta_seconds(stats.queued, &policy, c.refresh_interval),
             "events": self.events_json(room),
+            "notice": room.notice().as_deref().map(notice_json),
             "fairness": fairness_json(room),
         }))
+    }
+
+    /// `GET /api/rooms/{id}/preview?state=..&lang=..`: the page, sandboxed
+    /// (its script does not run, so it polls nothing); nothing is written.
+    fn preview(
+        &self,
+        room: &Room,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+    ) -> Result<Response<Body>, AdminError> {
+        let (mut state, mut lang) = (None, None);
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match key.as_ref() {
+                "state" => state = Some(value.into_owned()),
+                "lang" => lang = Some(value.into_owned()),
+                other => {
+                    return Err(AdminError::BadRequest(format!(
+                        "{other}: unknown parameter (state and lang are taken)"
+                    )))
+                }
+            }
+        }
+        let states = || {
+            PreviewState::ALL
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let state = state.ok_or_else(|| {
+            AdminError::BadRequest(format!("state: required, one of {}", states()))
+        })?;
+        let state = PreviewState::parse(&state).ok_or_else(|| {
+            AdminError::BadRequest(format!(
+                "state: expected one of {}, got {state:?}",
+                states()
+            ))
+        })?;
+        let chosen = match lang {
+            None => room.config.language.choose(headers),
+            Some(code) => Chosen {
+                lang: Lang::from_code(&code).ok_or_else(|| {
+                    AdminError::BadRequest(format!(
+                        "lang: expected one of {}, got {code:?}",
+                        language_codes()
+                    ))
+                })?,
+                negotiated: false,
+            },
+        };
+        let page = self.gates.load_full().preview(room, state, chosen.lang);
+        let mut resp = html(StatusCode::OK, page);
+        language(&mut resp, chosen);
+        // Shown as it is, but inert: no script, no form, no cookie.
+        resp.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            header::HeaderValue::from_static("sandbox; script-src 'none'"),
+        );
+        Ok(resp)
     }
 
     /// Merges a change into the room's stored overrides and applies it here
@@ -380,10 +448,19 @@ impl Admin {
         )
         .map_err(AdminError::BadRequest)?;
         let gate = self.gates.load_full();
+        let now = gate.clock.now_ms();
+        let notice = change
+            .notice
+            .map(|n| n.map(|n| n.notice(now)).transpose())
+            .transpose()
+            .map_err(AdminError::BadRequest)?;
         gate.operator
             .amend(room, |o, _| {
                 o.settings.update(&settings);
                 o.state = change.state.or(o.state);
+                if let Some(notice) = notice {
+                    o.notice = notice;
+                }
                 Ok(())
             })
             .await?;
@@ -423,6 +500,7 @@ impl Admin {
         must_exist: bool,
     ) -> Result<(), AdminError> {
         let gate = self.gates.load_full();
+        let now = gate.clock.now_ms();
         gate.operator
             .amend(room, |o, mut events| {
                 let at = events.iter().position(|e| e.name == name);
@@ -446,7 +524,7 @@ impl Admin {
                             Some(i) => events.remove(i),
                             None => change.new_spec(name)?,
                         };
-                        change.apply(&mut event)?;
+                        change.apply(&mut event, now)?;
                         schedule::check_event(&event, &events)?;
                         events.push(event);
                         events.sort_by_key(|e| e.start_ms);
@@ -473,8 +551,94 @@ fn event_json(e: &EventSpec, phase: &str) -> serde_json::Value {
         "session_duration_seconds": e.settings.session_duration_ms.map(|ms| ms / 1000),
         "session_renewal": e.settings.session_renewal,
         "queueing_method": e.settings.queueing_method,
+        "notice": e.notice.as_ref().map(notice_json),
     })
 }
+
+/// A notice as the admin API shows it: every language, the expiry.
+fn notice_json(n: &Notice) -> serde_json::Value {
+    serde_json::json!({
+        "text": n.text,
+        "texts": n.texts,
+        "level": n.level,
+        "expires": n.expires_ms.map(rfc3339),
+    })
+}
+
+/// The codes of the shipped languages, for messages.
+fn language_codes() -> String {
+    Lang::ALL.map(Lang::code).join(", ")
+}
+
+/// A notice as an operator gives it (`PATCH /api/rooms/{id}` and an
+/// event's `notice`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoticeChange {
+    text: String,
+    /// The text per language code.
+    #[serde(default)]
+    texts: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    level: NoticeLevel,
+    /// Unix seconds or RFC 3339.
+    expires: Option<serde_json::Value>,
+}
+
+impl NoticeChange {
+    /// The notice, held to its bounds; its expiry must be after `now`.
+    fn notice(&self, now: u64) -> Result<Notice, String> {
+        let mut texts = std::collections::BTreeMap::new();
+        for (code, text) in &self.texts {
+            let lang = Lang::from_code(code).ok_or_else(|| {
+                format!(
+                    "notice.texts: {code:?} is not a language of the pages; expected one of {}",
+                    language_codes()
+                )
+            })?;
+            if texts.insert(lang.code().to_owned(), text.clone()).is_some() {
+                return Err(format!("notice.texts: {code:?} is given twice"));
+            }
+        }
+        let expires_ms = match &self.expires {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(t)) => Some(instant("notice.expires", t)?),
+            Some(serde_json::Value::Number(n)) => Some(
+                n.as_u64()
+                    .and_then(|s| s.checked_mul(1000))
+                    .filter(|ms| *ms <= MAX_NOTICE_EXPIRY_MS)
+                    .ok_or_else(|| {
+                        format!(
+                            "notice.expires: expected Unix seconds or an RFC 3339 time, got {n}"
+                        )
+                    })?,
+            ),
+            Some(other) => {
+                return Err(format!(
+                    "notice.expires: expected Unix seconds or an RFC 3339 time, got {other}"
+                ))
+            }
+        };
+        if let Some(ms) = expires_ms.filter(|ms| *ms <= now) {
+            return Err(format!(
+                "notice.expires: {} is already past (now {})",
+                rfc3339(ms),
+                rfc3339(now)
+            ));
+        }
+        let notice = Notice {
+            text: self.text.clone(),
+            texts,
+            level: self.level,
+            expires_ms,
+        };
+        notice.check_bounds()?;
+        Ok(notice)
+    }
+}
+
+/// The latest expiry taken: the end of the year 9999.
+const MAX_NOTICE_EXPIRY_MS: u64 = 253_402_300_799_000;
 
 /// Settings an operator typed, held to the config file's bounds.
 fn checked_settings(
@@ -544,11 +708,16 @@ struct EventChange {
     session_duration: Option<String>,
     session_renewal: Option<bool>,
     queueing_method: Option<QueueingMethod>,
+    /// Shown while the event is in force; `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    notice: Option<Option<NoticeChange>>,
 }
 
 /// Tells a field given as `null` from a field left out.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl EventChange {
@@ -564,10 +733,11 @@ impl EventChange {
             end_ms: instant("end", end)?,
             shuffle_at_start: false,
             settings: Settings::default(),
+            notice: None,
         })
     }
 
-    fn apply(&self, e: &mut EventSpec) -> Result<(), String> {
+    fn apply(&self, e: &mut EventSpec, now: u64) -> Result<(), String> {
         if self.name.as_ref().is_some_and(|n| *n != e.name) {
             return Err("name: an event cannot be renamed; cancel it and add another".into());
         }
@@ -585,6 +755,9 @@ impl EventChange {
         }
         if let Some(v) = self.shuffle_at_start {
             e.shuffle_at_start = v;
+        }
+        if let Some(n) = &self.notice {
+            e.notice = n.as_ref().map(|n| n.notice(now)).transpose()?;
         }
         e.settings.update(&checked_settings(
             self.total_active_users,
@@ -621,6 +794,9 @@ struct RoomChange {
     session_duration: Option<String>,
     queueing_method: Option<QueueingMethod>,
     state: Option<RoomState>,
+    /// The notice to the people waiting; `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    notice: Option<Option<NoticeChange>>,
 }
 
 /// `POST /api/rooms/{id}/release`.

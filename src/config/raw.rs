@@ -288,6 +288,7 @@ pub(super) struct RawEvent {
     pub(super) session_renewal: Option<bool>,
     pub(super) queueing_method: Option<QueueingMethod>,
     pub(super) template: Option<String>,
+    pub(super) notice: Option<String>,
 }
 
 /// A duration string, kept with its text so messages quote what was written.

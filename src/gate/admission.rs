@@ -14,7 +14,7 @@ use http::{HeaderMap, Method, Response, StatusCode};
 
 use super::guard::StoreGuard;
 use super::limits::{self, AddressLimit, ClientLimits};
-use super::pages::{self, Shown};
+use super::pages::{self, Reply, Shown};
 use super::tickets::Tickets;
 use super::{captcha, members, proof, status, upkeep, Ctx, Room, Rooms};
 use crate::body::Body;
@@ -191,6 +191,7 @@ impl Admission {
         headers: &HeaderMap,
         ctx: &Ctx<'_>,
     ) -> Response<Body> {
+        let reply = Reply::for_room(room, headers);
         let ticket = self.tickets.open(room, headers, ctx.now, ctx.net);
         let polled = match ticket {
             Some(Ticket {
@@ -208,23 +209,23 @@ impl Admission {
         let (status, cookie) = match (ticket, polled) {
             (_, Some(polled)) => match polled {
                 Ok(Decision::Forward(Admitted { ticket, .. })) => (
-                    status::of(room, ctx.now, VisitorState::Admitted, None),
+                    status::of(room, ctx.now, VisitorState::Admitted, None, &reply),
                     ticket.map(|t| self.tickets.set_cookie(room, &t, ctx.now)),
                 ),
                 Ok(Decision::Queued { place, ticket }) => {
-                    let status = status::queued(room, ctx.now, place, ticket.lane());
+                    let status = status::queued(room, ctx.now, place, ticket.lane(), &reply);
                     (
                         status,
                         Some(self.tickets.set_cookie(room, &ticket, ctx.now)),
                     )
                 }
                 Ok(Decision::Rejected(reason)) => (
-                    status::of(room, ctx.now, pages::reject_state(reason), None),
+                    status::of(room, ctx.now, pages::reject_state(reason), None, &reply),
                     None,
                 ),
                 Ok(Decision::SlowDown(wait)) => {
                     let seconds = limits::retry_after_secs(wait);
-                    let mut status = status::of(room, ctx.now, VisitorState::Queued, None);
+                    let mut status = status::of(room, ctx.now, VisitorState::Queued, None, &reply);
                     status.refresh_seconds = seconds;
                     let mut resp = json(StatusCode::TOO_MANY_REQUESTS, &status, None);
                     retry_after(&mut resp, seconds);
@@ -238,9 +239,15 @@ impl Admission {
                     | Decision::Captcha
                     | Decision::CaptchaBusy
                     | Decision::TokenRefused { .. },
-                ) => (status::of(room, ctx.now, VisitorState::None, None), None),
+                ) => (
+                    status::of(room, ctx.now, VisitorState::None, None, &reply),
+                    None,
+                ),
                 // The store is down: tell the page to keep waiting.
-                Err(_) => (status::of(room, ctx.now, VisitorState::Queued, None), None),
+                Err(_) => (
+                    status::of(room, ctx.now, VisitorState::Queued, None, &reply),
+                    None,
+                ),
             },
             (
                 Some(Ticket {
@@ -249,19 +256,22 @@ impl Admission {
                 }),
                 None,
             ) => (
-                status::of(room, ctx.now, VisitorState::Admitted, None),
+                status::of(room, ctx.now, VisitorState::Admitted, None, &reply),
                 None,
             ),
             // No ticket while the room wants a proof of work: the challenge,
             // for apps to solve and hand in with their next request.
             _ if room.asks_proof(ctx.now) => {
                 let challenge = self.challenge(room, ctx.now);
-                (status::challenge(room, &challenge, ctx.now), None)
+                (status::challenge(room, &challenge, ctx.now, &reply), None)
             }
             // The same for a captcha: which provider, and where the token goes.
-            _ if room.asks_captcha(ctx.now) => (status::captcha(room, ctx.now), None),
+            _ if room.asks_captcha(ctx.now) => (status::captcha(room, ctx.now, &reply), None),
             // No ticket: loading the room's page will hand one out.
-            _ => (status::of(room, ctx.now, VisitorState::None, None), None),
+            _ => (
+                status::of(room, ctx.now, VisitorState::None, None, &reply),
+                None,
+            ),
         };
         json(StatusCode::OK, &status, cookie)
     }

@@ -36,7 +36,8 @@
 //! breaker, local fallback); past the timeout, `store.fail_mode` decides.
 //! The sinks and what they show: `decide` (decision mode), `own` (the
 //! daemon's own paths), `pages` and `status` (what is shown when nothing
-//! is forwarded, and the status JSON); `schedule` and `eta` are what the
+//! is forwarded, and the status JSON), `preview` (those pages for
+//! operators, with sample figures); `schedule` and `eta` are what the
 //! phases consult, `access` the access log's marks.
 
 pub(crate) mod access;
@@ -55,6 +56,7 @@ pub(crate) mod operator;
 mod own;
 pub(crate) mod pages;
 mod params;
+pub(crate) mod preview;
 pub mod proof;
 pub(crate) mod rooms;
 pub(crate) mod schedule;
@@ -388,6 +390,19 @@ impl Gate {
     /// (`Operator::refresh_overrides`).
     pub async fn refresh_overrides(&self) {
         self.operator.refresh_overrides(&self.rooms).await;
+    }
+
+    /// `room`'s page as a visitor in `state` would see it now, in `lang`,
+    /// with sample figures (`preview`): nothing read from or written to
+    /// the store.
+    pub(crate) fn preview(
+        &self,
+        room: &Room,
+        state: preview::PreviewState,
+        lang: crate::i18n::Lang,
+    ) -> String {
+        let url = self.intake.status_url(&room.config.id);
+        preview::render(room, state, lang, url, self.clock.now_ms())
     }
 }
 

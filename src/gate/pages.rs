@@ -107,7 +107,7 @@ fn render(
                 position: *position,
                 queue_length: *queue_length,
             };
-            let status = status::queued(room, now, place, *lane);
+            let status = status::queued(room, now, place, *lane, &reply);
             let in_force = room.in_force(now);
             let template = in_force
                 .event
@@ -134,17 +134,17 @@ fn render(
                 bits: *bits,
                 expires_ms: *expires_ms,
             };
-            let status = status::challenge(room, &asked, now);
+            let status = status::challenge(room, &asked, now, &reply);
             challenge(room, &status, &asked, &reply)
         }
         Shown::CaptchaBusy { ms } => captcha_busy(Duration::from_millis(*ms), &reply),
         Shown::TokenRefused { missing } => token_refused(*missing, &reply),
         Shown::Clean { to, cookie, .. } => clean(to, cookie.clone()),
         Shown::Captcha => {
-            let status = status::captcha(room, now);
+            let status = status::captcha(room, now, &reply);
             captcha(room, &status, &reply)
         }
-        Shown::Rejected { reason } => rejected(room, *reason, &reply),
+        Shown::Rejected { reason } => rejected(room, *reason, &reply, now),
         Shown::SlowDown { ms } => slow_down(Duration::from_millis(*ms), &reply),
         Shown::TooManyArrivals { ms } => too_many_arrivals(Duration::from_millis(*ms), &reply),
         Shown::Unavailable | Shown::Shed => store_unavailable(room, &reply),
@@ -407,9 +407,15 @@ pub(crate) fn token_refused(missing: bool, reply: &Reply<'_>) -> Response<Body> 
     message(StatusCode::FORBIDDEN, msg, reply.lang(), 0)
 }
 
-/// What a visitor the room turns away sees (503).
-pub(crate) fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> Response<Body> {
+/// What a visitor the room turns away sees (503), with the room's notice.
+pub(crate) fn rejected(
+    room: &Room,
+    reason: RejectReason,
+    reply: &Reply<'_>,
+    now: Millis,
+) -> Response<Body> {
     let refresh = room.config.refresh_interval.as_secs().max(1);
+    let notice = status::notice(&room.in_force(now), now, reply);
     if reply.json {
         let status = Status {
             room: room.config.id.clone(),
@@ -423,6 +429,7 @@ pub(crate) fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> 
             challenge: None,
             captcha: None,
             lane: None,
+            notice,
         };
         return json(StatusCode::SERVICE_UNAVAILABLE, &status, None);
     }
@@ -431,7 +438,14 @@ pub(crate) fn rejected(room: &Room, reason: RejectReason, reply: &Reply<'_>) -> 
         RejectReason::QueueFull => (Msg::QueueFull, refresh * 3),
         RejectReason::OverLimit => (Msg::OverLimit, refresh),
     };
-    message(StatusCode::SERVICE_UNAVAILABLE, msg, reply.lang(), retry)
+    let chosen = reply.lang();
+    let page = crate::queue_page::render_message_with(msg, chosen.lang, retry, notice.as_ref());
+    let mut resp = html(StatusCode::SERVICE_UNAVAILABLE, page);
+    language(&mut resp, chosen);
+    if retry > 0 {
+        retry_after(&mut resp, retry);
+    }
+    resp
 }
 
 /// The status JSON `state` for a rejection.

@@ -219,6 +219,7 @@ impl Room {
                 phase: Phase::None,
                 event: None,
                 next_change_ms: 0,
+                notice: None,
             }),
             applied: Mutex::new(Applied {
                 revision: 0,
@@ -244,6 +245,11 @@ impl Room {
         };
         room.settle(&room.lock_applied(), room.clock.now_ms());
         room
+    }
+
+    /// The operator's notice, expired or not (the admin API shows it).
+    pub fn notice(&self) -> Option<Arc<crate::domain::Notice>> {
+        self.in_force.load().notice.clone()
     }
 
     /// The policy in force now.
@@ -377,11 +383,19 @@ impl Room {
         } else {
             Arc::new(policy)
         };
+        // The same notice keeps its allocation (this runs at every
+        // scheduled change and every change an operator makes).
+        let notice = match applied.overrides.as_ref().and_then(|o| o.notice.as_ref()) {
+            Some(n) if previous.notice.as_deref() == Some(n) => previous.notice.clone(),
+            Some(n) => Some(Arc::new(n.clone())),
+            None => None,
+        };
         let next = Arc::new(InForce {
             policy,
             phase,
             event,
             next_change_ms,
+            notice,
         });
         self.in_force.store(next.clone());
         next
@@ -466,9 +480,21 @@ impl Room {
 }
 
 /// A stable digest of the limits and events a config file gives a room.
+/// Events' notices are added only when there are any, so the digest of a
+/// room without them stays what it was before events had notices (its
+/// stored changes survive that upgrade).
 fn fingerprint(p: &RoomPolicy, config: &RoomConfig) -> u64 {
-    let events: Vec<_> = config.events.iter().map(|e| &e.spec).collect();
-    let canonical = format!(
+    let events: Vec<_> = config
+        .events
+        .iter()
+        .map(|e| SpecDigest::of(&e.spec))
+        .collect();
+    let notices: Vec<_> = config
+        .events
+        .iter()
+        .filter_map(|e| e.spec.notice.as_ref())
+        .collect();
+    let mut canonical = format!(
         "{}|{}|{}|{}|{}|{:?}|{}|{}|{}|{:?}|{:?}",
         p.room,
         p.total_active_users,
@@ -482,10 +508,37 @@ fn fingerprint(p: &RoomPolicy, config: &RoomConfig) -> u64 {
         p.state,
         events
     );
+    if !notices.is_empty() {
+        canonical.push_str(&format!("|{notices:?}"));
+    }
     let digest = Sha256::digest(canonical.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)
+}
+
+/// An event as the fingerprint has always seen it: formatted as
+/// `EventSpec` was before events had notices.
+struct SpecDigest<'a>(&'a crate::domain::EventSpec);
+
+impl<'a> SpecDigest<'a> {
+    fn of(e: &'a crate::domain::EventSpec) -> Self {
+        Self(e)
+    }
+}
+
+impl std::fmt::Debug for SpecDigest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.0;
+        f.debug_struct("EventSpec")
+            .field("name", &e.name)
+            .field("prequeue_start_ms", &e.prequeue_start_ms)
+            .field("start_ms", &e.start_ms)
+            .field("end_ms", &e.end_ms)
+            .field("shuffle_at_start", &e.shuffle_at_start)
+            .field("settings", &e.settings)
+            .finish()
+    }
 }
 
 /// All rooms, matched by host and longest path prefix.
@@ -563,6 +616,26 @@ mod tests {
         assert!(room.apply_overrides(Some(&limit(&room, 6, 2))));
         assert!(room.apply_overrides(Some(&limit(&room, 8, 3))));
         assert_eq!(room.policy().total_active_users, 8);
+    }
+
+    #[test]
+    fn an_events_fingerprint_is_unchanged_by_notices_it_does_not_have() {
+        let mut spec = crate::domain::EventSpec {
+            name: "drop".into(),
+            prequeue_start_ms: Some(1),
+            start_ms: 2,
+            end_ms: 3,
+            shuffle_at_start: true,
+            settings: crate::domain::Settings {
+                total_active_users: Some(5),
+                ..Default::default()
+            },
+            notice: None,
+        };
+        let before = format!("{spec:?}").replace(", notice: None", "");
+        assert_eq!(format!("{:?}", SpecDigest::of(&spec)), before);
+        spec.notice = Some(crate::domain::Notice::plain("x"));
+        assert_eq!(format!("{:?}", SpecDigest::of(&spec)), before);
     }
 
     #[test]

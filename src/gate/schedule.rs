@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::clock::Millis;
-use crate::domain::{EventSpec, RoomPolicy, RoomState};
+use crate::domain::{EventSpec, Notice, RoomPolicy, RoomState};
 use crate::queue_page::Template;
 
 /// One event as this instance runs it.
@@ -83,9 +83,23 @@ pub struct InForce {
     pub event: Option<Arc<Event>>,
     /// Work this out again at or after this time.
     pub next_change_ms: Millis,
+    /// The operator's notice (it may have expired: see [`InForce::notice`]).
+    pub notice: Option<Arc<Notice>>,
 }
 
 impl InForce {
+    /// The notice shown at `now`: the operator's until it expires, else
+    /// the event's from its prequeue to its end.
+    pub fn notice(&self, now: Millis) -> Option<&Notice> {
+        let shown = |n: &&Notice| n.shown_at(now);
+        self.notice.as_deref().filter(shown).or_else(|| {
+            self.event
+                .as_ref()
+                .and_then(|e| e.spec.notice.as_ref())
+                .filter(shown)
+        })
+    }
+
     /// Whether visitors are waiting for an event to start.
     pub fn before_start(&self) -> bool {
         matches!(self.phase, Phase::Prequeue | Phase::Starting)
@@ -186,6 +200,7 @@ mod tests {
                     total_active_users: Some(50),
                     ..Settings::default()
                 },
+                notice: None,
             },
             None,
         ))

@@ -1,17 +1,22 @@
 //! The status JSON every queue page polls and every page embeds: where a
-//! visitor stands, what it waits for and how long that should take.
+//! visitor stands, what it waits for and how long that should take, and
+//! the notice shown to the people waiting.
 
+use super::pages::Reply;
+use super::schedule::InForce;
 use super::{proof, Room};
 use crate::clock::Millis;
-use crate::queue_page::{self, Status, VisitorState};
+use crate::queue_page::{self, NoticeInfo, Status, VisitorState};
 use crate::store::QueuePlace;
 
-/// The status of a visitor in `state` at `now` (queued: at `place`).
+/// The status of a visitor in `state` at `now` (queued: at `place`),
+/// with the notice in the language of `reply`.
 pub(super) fn of(
     room: &Room,
     now: Millis,
     state: VisitorState,
     place: Option<QueuePlace>,
+    reply: &Reply<'_>,
 ) -> Status {
     let (mut position, queue_length) = place.map_or((0, 0), |p| (p.position, p.queue_length));
     let in_force = room.in_force(now);
@@ -45,14 +50,29 @@ pub(super) fn of(
         challenge: None,
         captcha: None,
         lane: None,
+        notice: notice(&in_force, now, reply),
     }
+}
+
+/// The notice shown at `now` in the language of `reply` (read from what
+/// is in force: no store call).
+pub(super) fn notice(in_force: &InForce, now: Millis, reply: &Reply<'_>) -> Option<NoticeInfo> {
+    in_force
+        .notice(now)
+        .map(|n| NoticeInfo::of(n, || reply.lang().lang))
 }
 
 /// The status of a visitor queued at `place` in lane `lane`: its
 /// position counts that lane, and its wait is estimated at the lane's
 /// share of the admissions (an upper bound while the other lanes wait).
-pub(super) fn queued(room: &Room, now: Millis, place: QueuePlace, lane: u8) -> Status {
-    let mut status = of(room, now, VisitorState::Queued, Some(place));
+pub(super) fn queued(
+    room: &Room,
+    now: Millis,
+    place: QueuePlace,
+    lane: u8,
+    reply: &Reply<'_>,
+) -> Status {
+    let mut status = of(room, now, VisitorState::Queued, Some(place), reply);
     let policy = room.policy_at(now);
     let share = u64::from(policy.lanes.shares[usize::from(lane).min(crate::store::MAX_LANES)]);
     if policy.lanes.any() && share > 0 && status.state == VisitorState::Queued {
@@ -66,15 +86,20 @@ pub(super) fn queued(room: &Room, now: Millis, place: QueuePlace, lane: u8) -> S
 }
 
 /// The status JSON of a visitor who must first solve `challenge`.
-pub(super) fn challenge(room: &Room, challenge: &proof::Challenge, now: Millis) -> Status {
-    let mut status = of(room, now, VisitorState::Challenge, None);
+pub(super) fn challenge(
+    room: &Room,
+    challenge: &proof::Challenge,
+    now: Millis,
+    reply: &Reply<'_>,
+) -> Status {
+    let mut status = of(room, now, VisitorState::Challenge, None, reply);
     status.challenge = Some(queue_page::ChallengeInfo::of(challenge, now));
     status
 }
 
 /// The status JSON of a visitor who must first pass the room's captcha.
-pub(super) fn captcha(room: &Room, now: Millis) -> Status {
-    let mut status = of(room, now, VisitorState::Challenge, None);
+pub(super) fn captcha(room: &Room, now: Millis, reply: &Reply<'_>) -> Status {
+    let mut status = of(room, now, VisitorState::Challenge, None, reply);
     status.captcha = room
         .config
         .captcha

@@ -1378,6 +1378,7 @@ pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
         end_ms: start + 60 * MINUTE,
         shuffle_at_start: true,
         settings: Settings::default(),
+        notice: None,
     };
     let mut p = room("event-age");
     p.total_active_users = 0;
@@ -1421,6 +1422,7 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
             new_users_per_minute: Some(50),
             ..Settings::default()
         },
+        notice: None,
     };
     let mut p = room("event");
     p.total_active_users = 0;

@@ -8,7 +8,7 @@ use crate::config::bounds::MIN_SESSION;
 use crate::config::keypath::KeyPath;
 use crate::config::raw::RawEvent;
 use crate::config::EventConfig;
-use crate::domain::{EventSpec, Settings};
+use crate::domain::{check_notice_text, EventSpec, Notice, Settings};
 
 impl Checker<'_, '_> {
     pub(super) fn events(&mut self, room: &KeyPath, raw: Vec<RawEvent>) -> Vec<EventConfig> {
@@ -81,6 +81,13 @@ impl Checker<'_, '_> {
                     Some(PathBuf::from(t))
                 }
             });
+            let notice = e.notice.and_then(|text| match check_notice_text(&text) {
+                Ok(()) => Some(Notice::plain(text)),
+                Err(why) => {
+                    self.fail(&p.key("notice"), why);
+                    None
+                }
+            });
             let ms = |t: std::time::SystemTime| {
                 t.duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64)
@@ -98,6 +105,7 @@ impl Checker<'_, '_> {
                     session_renewal: e.session_renewal,
                     queueing_method: e.queueing_method,
                 },
+                notice,
             };
             // Overlapping events would leave it ambiguous whose limits apply.
             if let Some(j) = events.iter().position(|o| o.spec.overlaps(&spec)) {
@@ -185,6 +193,19 @@ mod tests {
         assert_eq!(
             room_with(&event("template = \"\"")),
             ["room[0].event[0].template: must be a file path; leave it out for the room's page"]
+        );
+    }
+
+    #[test]
+    fn an_events_notice_is_short_and_not_blank() {
+        assert!(room_with(&event("notice = \"Doors open at 10:00\"")).is_empty());
+        assert_eq!(
+            room_with(&event(&format!("notice = \"{}\"", "x".repeat(501)))),
+            ["room[0].event[0].notice: at most 500 characters, got 501"]
+        );
+        assert_eq!(
+            room_with(&event("notice = \" \"")),
+            ["room[0].event[0].notice: must not be blank"]
         );
     }
 
