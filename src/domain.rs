@@ -250,6 +250,7 @@ pub struct Notice {
     /// The text per language code (`de`, `fr`, ...).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub texts: std::collections::BTreeMap<String, String>,
+    /// How it is shown (`info` unless said).
     #[serde(default)]
     pub level: NoticeLevel,
     /// Shown until then (ms since the epoch); `None`: until cleared.
@@ -261,8 +262,10 @@ pub struct Notice {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoticeLevel {
+    /// News: shown plainly.
     #[default]
     Info,
+    /// Something that changes the wait or the sale: shown to stand out.
     Warning,
 }
 

@@ -151,7 +151,9 @@ pub struct Status {
 /// waiting, as text (the page never takes it as markup).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NoticeInfo {
+    /// The text, in the visitor's language where the notice has it.
     pub text: String,
+    /// How it is shown.
     pub level: NoticeLevel,
     /// Until when it is shown, RFC 3339 (absent: until cleared).
     #[serde(skip_serializing_if = "Option::is_none")]
