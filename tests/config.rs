@@ -192,6 +192,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "session_renewal",
         "queueing_method",
         "max_queue_length",
+        "sessions_per_item",
         "refresh_interval",
         "abandon_after",
         "queue_status_code",
@@ -494,7 +495,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",
@@ -591,6 +592,14 @@ const BAD: &[(&str, &str)] = &[
     (
         "zero_origin_max_connections",
         "origin.max_connections (line 6, column 19): must be between 1 and 1000000, got 0",
+    ),
+    (
+        "sessions_per_item_negative",
+        "room[0].sessions_per_item (line 10, column 21): -2.5 must be more than 0 and at most 1000 (active sessions one item of stock is worth; 1 unless a buyer takes several)",
+    ),
+    (
+        "sessions_per_item_zero",
+        "room[0].sessions_per_item (line 10, column 21): 0 must be more than 0 and at most 1000 (active sessions one item of stock is worth; 1 unless a buyer takes several)",
     ),
     (
         "zero_total_active_users",
@@ -1270,6 +1279,31 @@ fn lanes_are_checked_and_become_the_policy() {
         .collect();
     assert!(err(&room(&five), &env).contains("at most 4"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `waitroom check` refuses a stock item worth no sessions with exit
+/// code 64 and the key's name.
+#[test]
+fn check_exits_64_on_sessions_per_item_not_above_zero() {
+    for (fixture, value) in [
+        ("sessions_per_item_zero", "0"),
+        ("sessions_per_item_negative", "-2.5"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .args(["check", "--config"])
+            .arg(format!("{FIXTURES}/{fixture}.toml"))
+            .env("WAITROOM_COOKIE_KEYS", KEY_A)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "room[0].sessions_per_item (line 10, column 21): {value} must be more than 0"
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 /// `waitroom check` refuses an event's notice that is too long with exit

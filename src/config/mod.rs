@@ -427,6 +427,9 @@ pub struct RoomConfig {
     pub queueing_method: QueueingMethod,
     /// `room.max_queue_length`: beyond it newcomers get "too busy" (0 = unbounded).
     pub max_queue_length: u64,
+    /// `room.sessions_per_item`: active sessions one item of stock is
+    /// worth (the origin's `X-Waitroom-Stock`); more than 0, 1 by default.
+    pub sessions_per_item: f64,
     /// `room.refresh_interval`: how often the queue page polls.
     pub refresh_interval: Duration,
     /// `room.abandon_after`: a waiting visitor silent this long loses the place.

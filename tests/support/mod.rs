@@ -91,6 +91,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         session_renewal: true,
         queueing_method: QueueingMethod::Fifo,
         max_queue_length: 0,
+        sessions_per_item: 1.0,
         refresh_interval: Duration::from_secs(5),
         abandon_after: Duration::from_secs(60),
         queue_status_code: http::StatusCode::OK,

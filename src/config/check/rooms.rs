@@ -17,6 +17,10 @@ use crate::i18n::{Lang, Language};
 /// Most proof-of-work bits: 2^32 hashes is minutes for a browser already.
 pub(super) const MAX_PROOF_OF_WORK: u64 = 32;
 
+/// Most sessions one item of stock is worth (beyond it the stock caps
+/// nothing a room could hold).
+const MAX_SESSIONS_PER_ITEM: f64 = 1000.0;
+
 impl Checker<'_, '_> {
     pub(super) fn rooms(&mut self, raw: Vec<RawRoom>, reserved_prefix: &str) -> Vec<RoomConfig> {
         if raw.is_empty() {
@@ -70,6 +74,7 @@ impl Checker<'_, '_> {
         let (name, host, path) = self.room_place(p, &mut raw, reserved_prefix);
         let (session_duration, refresh_interval, abandon_after) = self.room_timing(p, &mut raw);
         let (queue_status_code, template) = self.room_page(p, &mut raw);
+        let sessions_per_item = self.sessions_per_item(p, raw.sessions_per_item);
         let (bypass_paths, bypass_ips, bypass_header) = self.room_bypasses(p, &mut raw);
         let language = self.room_language(p, raw.language.take());
         let events = self.events(p, std::mem::take(&mut raw.event));
@@ -86,6 +91,7 @@ impl Checker<'_, '_> {
             session_renewal: raw.session_renewal.unwrap_or(true),
             queueing_method: raw.queueing_method.unwrap_or(QueueingMethod::Fifo),
             max_queue_length: raw.max_queue_length.unwrap_or(0),
+            sessions_per_item,
             refresh_interval,
             abandon_after,
             queue_status_code,
@@ -105,6 +111,22 @@ impl Checker<'_, '_> {
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
+        }
+    }
+
+    /// `room.sessions_per_item`: more than 0 and at most
+    /// [`MAX_SESSIONS_PER_ITEM`]; 1 when absent.
+    fn sessions_per_item(&mut self, p: &KeyPath, raw: Option<f64>) -> f64 {
+        match raw {
+            None => 1.0,
+            Some(v) if v > 0.0 && v <= MAX_SESSIONS_PER_ITEM => v,
+            Some(v) => {
+                self.fail(
+                    &p.key("sessions_per_item"),
+                    format!("{v} must be more than 0 and at most {MAX_SESSIONS_PER_ITEM} (active sessions one item of stock is worth; 1 unless a buyer takes several)"),
+                );
+                1.0
+            }
         }
     }
 
