@@ -231,6 +231,36 @@ pub struct RoomOverrides {
     /// The operator's notice to the people waiting (`None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notice: Option<Notice>,
+    /// Items left to sell, as the origin (`X-Waitroom-Stock`) or an
+    /// operator last said (`None`: not counted). It caps active sessions
+    /// (see [`cap_by_stock`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock: Option<u64>,
+}
+
+/// Largest stock taken (from the origin or the admin API); a larger
+/// value is refused as a mistake.
+pub const MAX_STOCK: u64 = 1_000_000_000;
+
+/// Lowers `policy`'s capacity to the sessions `stock` items are worth,
+/// ⌈stock × `sessions_per_item`⌉, never raising it (a room without a
+/// capacity limit gets this one). No stock left pauses an open room:
+/// nobody is admitted, newcomers queue behind the people waiting, the
+/// queue keeps its order and the active sessions run their course
+/// (docs/operating.md, "Stock").
+pub fn cap_by_stock(policy: &mut RoomPolicy, stock: u64, sessions_per_item: f64) {
+    let worth = (stock as f64 * sessions_per_item).ceil();
+    // Past u64, `as` saturates; any such cap is no cap at all.
+    let cap = worth as u64;
+    if cap == 0 {
+        if matches!(policy.state, RoomState::Open | RoomState::QueueAll) {
+            policy.state = RoomState::Paused;
+        }
+        return;
+    }
+    if policy.total_active_users == 0 || cap < policy.total_active_users {
+        policy.total_active_users = cap;
+    }
 }
 
 /// Longest notice text, in characters (each language's too).
@@ -441,3 +471,55 @@ pub struct Challenge {
 /// room id, so no room's ticket cookie has this name; the `waitroom_`
 /// prefix keeps it from the origin like every cookie of ours.
 pub const PROOF_COOKIE: &str = "waitroom_.proof";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(total_active_users: u64, state: RoomState) -> RoomPolicy {
+        RoomPolicy {
+            room: Arc::from("shop"),
+            total_active_users,
+            new_users_per_minute: 0,
+            session_duration_ms: 60_000,
+            session_renewal: true,
+            method: QueueingMethod::Fifo,
+            max_queue_length: 0,
+            abandon_after_ms: 60_000,
+            arrival_grace_ms: 10_000,
+            state,
+            revision: 0,
+            lanes: Lanes::NONE,
+        }
+    }
+
+    fn capped(limit: u64, state: RoomState, stock: u64, per_item: f64) -> (u64, RoomState) {
+        let mut p = policy(limit, state);
+        cap_by_stock(&mut p, stock, per_item);
+        (p.total_active_users, p.state)
+    }
+
+    #[test]
+    fn the_stock_only_ever_lowers_the_limit() {
+        use RoomState::*;
+        assert_eq!(capped(10, Open, 3, 1.0), (3, Open));
+        assert_eq!(capped(10, Open, 50, 1.0), (10, Open), "never raised");
+        assert_eq!(capped(0, Open, 4, 1.0), (4, Open), "no limit: the stock's");
+        assert_eq!(capped(10, Open, 3, 1.5), (5, Open), "rounded up");
+        assert_eq!(
+            capped(10, Open, 1, 0.01),
+            (1, Open),
+            "an item is worth one at least"
+        );
+        assert_eq!(capped(0, Open, MAX_STOCK, 1000.0), (MAX_STOCK * 1000, Open));
+    }
+
+    #[test]
+    fn no_stock_pauses_an_open_room_and_leaves_a_closed_one_closed() {
+        use RoomState::*;
+        assert_eq!(capped(10, Open, 0, 1.0), (10, Paused));
+        assert_eq!(capped(10, QueueAll, 0, 2.0), (10, Paused));
+        assert_eq!(capped(10, Paused, 0, 1.0), (10, Paused));
+        assert_eq!(capped(10, Closed, 0, 1.0), (10, Closed));
+    }
+}

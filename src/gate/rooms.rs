@@ -252,6 +252,11 @@ impl Room {
         self.in_force.load().notice.clone()
     }
 
+    /// The stock left as last recorded (`None`: not counted).
+    pub fn stock(&self) -> Option<u64> {
+        self.lock_applied().overrides.as_ref().and_then(|o| o.stock)
+    }
+
     /// The policy in force now.
     pub fn policy(&self) -> Arc<RoomPolicy> {
         self.policy_at(self.clock.now_ms())
@@ -360,6 +365,11 @@ impl Room {
                     None => p.clone(),
                 },
             );
+        // The stock caps whatever limit is in force (the file's, an
+        // event's or an operator's), so the store's own decision holds it.
+        if let Some(stock) = applied.overrides.as_ref().and_then(|o| o.stock) {
+            crate::domain::cap_by_stock(&mut policy, stock, self.config.sessions_per_item);
+        }
         // The revision read, applied or not (changes made against an older
         // config file are read and dropped): the store then knows this
         // instance has seen them.
