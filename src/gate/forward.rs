@@ -1,7 +1,8 @@
 //! The forwarding role: what an admitted (or bypassing, or unmatched)
 //! request gets from the origin, through the proxy's pools; the tunnel a
 //! WebSocket upgrade becomes, ended with its session; and the origin's
-//! commands (`X-Waitroom-Command: close`, `revoke`) carried out.
+//! commands (`X-Waitroom-Command: close`, `revoke`) and stock
+//! (`X-Waitroom-Stock`) carried out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,7 +118,7 @@ impl Forwarding {
             .telemetry
             .metrics
             .origin_latency(started.elapsed().as_secs_f64());
-        let (mut resp, command) = match forwarded {
+        let (mut resp, from_origin) = match forwarded {
             Ok(forwarded) => forwarded,
             Err(e) => {
                 tracing::warn!(error = %e, "origin request failed");
@@ -127,9 +128,20 @@ impl Forwarding {
         let Some(room) = room else {
             return resp;
         };
-        let command = command.as_ref().map(|c| c.as_bytes());
+        let command = from_origin.command.as_ref().map(|c| c.as_bytes());
         if command.is_some_and(|c| c.eq_ignore_ascii_case(b"close")) {
             self.operator.sold_out(room).await;
+        }
+        if let Some(value) = &from_origin.stock {
+            match stock(value) {
+                Some(n) => self.operator.restock(room, n).await,
+                None => tracing::debug!(
+                    room = %room.config.id,
+                    value = ?value,
+                    "the origin's X-Waitroom-Stock is not a number from 0 to {}; ignored",
+                    crate::domain::MAX_STOCK
+                ),
+            }
         }
         let Some(Admitted {
             visitor,
@@ -188,5 +200,42 @@ impl Forwarding {
                 }
             }
         })
+    }
+}
+
+/// The items left an `X-Waitroom-Stock` value says: ASCII digits only,
+/// at most [`MAX_STOCK`](crate::domain::MAX_STOCK).
+fn stock(value: &HeaderValue) -> Option<u64> {
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| *n <= crate::domain::MAX_STOCK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stock_takes_plain_numbers_in_range() {
+        let v = |s: &str| stock(&HeaderValue::from_str(s).expect("a header value"));
+        assert_eq!(v("3"), Some(3));
+        assert_eq!(v(" 0 "), Some(0));
+        assert_eq!(v("1000000000"), Some(1_000_000_000));
+        for bad in [
+            "",
+            "-1",
+            "+3",
+            "3.0",
+            "1e3",
+            "three",
+            "1000000001",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(v(bad), None, "{bad:?}");
+        }
     }
 }

@@ -54,6 +54,28 @@ impl Operator {
         }
     }
 
+    /// The origin said how many items are left (`X-Waitroom-Stock`):
+    /// stored for every instance when it differs from what this instance
+    /// holds, so an origin that says it on every response costs a store
+    /// write only when the stock moves.
+    pub(super) async fn restock(&self, room: &Room, stock: u64) {
+        if room.stock() == Some(stock) {
+            return;
+        }
+        match self
+            .amend(room, |o, _| {
+                o.stock = Some(stock);
+                Ok(())
+            })
+            .await
+        {
+            Ok(()) => tracing::info!(room = %room.config.id, stock, "the origin's stock recorded"),
+            Err(e) => {
+                tracing::warn!(room = %room.config.id, stock, error = %e, "the origin's stock was not recorded")
+            }
+        }
+    }
+
     /// Changes the room's stored runtime settings (read, change, write
     /// with the next revision) and applies them here at once; the other
     /// instances read them within a second. `change` gets the overrides

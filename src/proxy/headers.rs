@@ -190,22 +190,55 @@ pub fn sanitize_inbound(headers: &mut HeaderMap, peer_trusted: bool, websocket: 
     kept
 }
 
+/// What the origin tells the daemon in its response's own headers; they
+/// are taken out of the response, so the visitor never sees them.
+#[derive(Debug, Default)]
+pub struct FromOrigin {
+    /// `X-Waitroom-Command` (`revoke`, `close`).
+    pub command: Option<HeaderValue>,
+    /// `X-Waitroom-Stock`, as the origin wrote it; `None` when absent or
+    /// given more than once (which value would count is unclear).
+    pub stock: Option<HeaderValue>,
+}
+
+/// Takes the origin's commands out of `headers`, every spelling of
+/// their names (`X_Waitroom_Stock` too, which some servers write for
+/// `X-Waitroom-Stock`); only the proper spelling is read.
+pub fn take_from_origin(headers: &mut HeaderMap) -> FromOrigin {
+    use super::{X_WAITROOM_COMMAND, X_WAITROOM_STOCK};
+    let command = headers.remove(&X_WAITROOM_COMMAND);
+    let mut values = headers.get_all(&X_WAITROOM_STOCK).iter();
+    let stock = match (values.next(), values.next()) {
+        (Some(v), None) => Some(v.clone()),
+        _ => None,
+    };
+    remove_where(headers, |n| {
+        let n = n.as_str().as_bytes();
+        folds_to(n, X_WAITROOM_COMMAND.as_str().as_bytes())
+            || folds_to(n, X_WAITROOM_STOCK.as_str().as_bytes())
+    });
+    FromOrigin { command, stock }
+}
+
 /// Removes from the origin's response what describes only the origin's
-/// connection (hop-by-hop headers, those `Connection` names) and returns
-/// its `X-Waitroom-Command`, also removed. One pass over the names.
-pub fn sanitize_outbound(headers: &mut HeaderMap, command: &HeaderName) -> Option<HeaderValue> {
+/// connection (hop-by-hop headers, those `Connection` names) and takes
+/// out what the origin tells the daemon (see [`take_from_origin`]). One
+/// pass over the names unless there is something to remove.
+pub fn sanitize_outbound(headers: &mut HeaderMap) -> FromOrigin {
     let mut connection = false;
     let mut doomed = false;
-    let mut has_command = false;
+    let mut own = false;
     for name in headers.keys() {
         connection |= name == header::CONNECTION;
         doomed |= HOP_BY_HOP.contains(name);
-        has_command |= name == command;
+        let n = name.as_str().as_bytes();
+        own |=
+            n.len() >= OWN_PREFIX.len() && folds_to(&n[..OWN_PREFIX.len()], OWN_PREFIX.as_bytes());
     }
-    let command = if has_command {
-        headers.remove(command)
+    let from_origin = if own {
+        take_from_origin(headers)
     } else {
-        None
+        FromOrigin::default()
     };
     if doomed {
         let named = if connection {
@@ -215,7 +248,7 @@ pub fn sanitize_outbound(headers: &mut HeaderMap, command: &HeaderName) -> Optio
         };
         remove_where(headers, |n| HOP_BY_HOP.contains(n) || named.contains(n));
     }
-    command
+    from_origin
 }
 
 /// Sets `X-Forwarded-For/-Proto/-Host`. Inbound values are kept (and the
@@ -360,6 +393,30 @@ pub fn cookie_bytes<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_origins_own_headers_are_taken_out_in_every_spelling() {
+        let mut h = map(&[
+            ("content-type", "text/html"),
+            ("x-waitroom-stock", "3"),
+            ("x_waitroom_stock", "9"),
+            ("X_Waitroom-Command", "revoke"),
+            ("x-waitroom-command", "close"),
+            ("x-waitroomish", "kept"),
+        ]);
+        let from = sanitize_outbound(&mut h);
+        assert_eq!(from.stock.as_ref().map(|v| v.as_bytes()), Some(&b"3"[..]));
+        assert_eq!(
+            from.command.as_ref().map(|v| v.as_bytes()),
+            Some(&b"close"[..])
+        );
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["content-type", "x-waitroomish"]);
+        // Twice is unclear: neither value counts, both go.
+        let mut h = map(&[("x-waitroom-stock", "3"), ("x-waitroom-stock", "4")]);
+        assert!(sanitize_outbound(&mut h).stock.is_none());
+        assert!(h.is_empty());
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -143,7 +143,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         out: Outbound<'_>,
-    ) -> Result<(Response<Body>, Option<HeaderValue>), OriginError> {
+    ) -> Result<(Response<Body>, headers::FromOrigin), OriginError> {
         // The daemon's own parameters (a token, a lane code) are never
         // the origin's to log.
         let cleaned = out.canonical.without_own_params();
@@ -204,13 +204,16 @@ impl Proxy {
             let origin_upgrade = hyper::upgrade::on(&mut resp);
             tunnel::spawn(client_upgrade, origin_upgrade, *tunnel);
             let (mut parts, _) = resp.into_parts();
-            let command = parts.headers.remove(&X_WAITROOM_COMMAND);
+            let from_origin = headers::take_from_origin(&mut parts.headers);
             headers::strip_hop_by_hop(&mut parts.headers, true);
-            return Ok((Response::from_parts(parts, crate::body::empty()), command));
+            return Ok((
+                Response::from_parts(parts, crate::body::empty()),
+                from_origin,
+            ));
         }
         let (mut parts, body) = resp.into_parts();
-        let command = headers::sanitize_outbound(&mut parts.headers, &X_WAITROOM_COMMAND);
-        Ok((Response::from_parts(parts, boxed(body)), command))
+        let from_origin = headers::sanitize_outbound(&mut parts.headers);
+        Ok((Response::from_parts(parts, boxed(body)), from_origin))
     }
 }
 
@@ -228,6 +231,8 @@ impl Proxy {
 pub const X_WAITROOM_VISITOR: HeaderName = HeaderName::from_static("x-waitroom-visitor");
 /// The origin's way to end a visitor's session early (`revoke`).
 pub const X_WAITROOM_COMMAND: HeaderName = HeaderName::from_static("x-waitroom-command");
+/// The origin's count of items left, which caps the room's sessions.
+pub const X_WAITROOM_STOCK: HeaderName = HeaderName::from_static("x-waitroom-stock");
 
 /// `e` and its sources, for the log (never for a response body).
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -1,5 +1,6 @@
 //! A real fake origin on a loopback port: echo, streaming download and
-//! upload, slow answers, a WebSocket echo and the revoke command; and, like
+//! upload, slow answers, a WebSocket echo, the revoke command and a stock
+//! count; and, like
 //! an origin that speaks h2c or answers any upgrade, `101` to any other
 //! request that asks to upgrade, after which it records what arrives.
 
@@ -220,6 +221,27 @@ async fn handle(mut req: Request<Incoming>, log: Log) -> Response<Body> {
             let mut resp = reply(StatusCode::OK, full("that was the last one"));
             resp.headers_mut()
                 .insert("x-waitroom-command", "close".parse().unwrap());
+            resp
+        }
+        "/stock" => {
+            // `?v=N` is sent as `X-Waitroom-Stock: N` as it is written
+            // (numbers or not); `&also=M` adds `X_Waitroom_Stock: M`.
+            let query = req.uri().query().unwrap_or("");
+            let param = |key: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+                    .map(str::to_owned)
+            };
+            let mut resp = reply(StatusCode::OK, full("stock"));
+            if let Some(v) = param("v") {
+                resp.headers_mut()
+                    .insert("x-waitroom-stock", v.parse().unwrap());
+            }
+            if let Some(v) = param("also") {
+                resp.headers_mut()
+                    .insert("x_waitroom_stock", v.parse().unwrap());
+            }
             resp
         }
         "/revoke" => {
