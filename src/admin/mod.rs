@@ -373,6 +373,8 @@ impl Admin {
             "eta_seconds": room.rate.eta_seconds(stats.queued, &policy, c.refresh_interval),
             "events": self.events_json(room),
             "notice": room.notice().as_deref().map(notice_json),
+            "stock": room.stock(),
+            "sessions_per_item": c.sessions_per_item,
             "fairness": fairness_json(room),
         }))
     }
@@ -454,12 +456,21 @@ impl Admin {
             .map(|n| n.map(|n| n.notice(now)).transpose())
             .transpose()
             .map_err(AdminError::BadRequest)?;
+        let stock = change
+            .stock
+            .as_ref()
+            .map(|v| stock_change(v.as_ref()))
+            .transpose()
+            .map_err(AdminError::BadRequest)?;
         gate.operator
             .amend(room, |o, _| {
                 o.settings.update(&settings);
                 o.state = change.state.or(o.state);
                 if let Some(notice) = notice {
                     o.notice = notice;
+                }
+                if let Some(stock) = stock {
+                    o.stock = stock;
                 }
                 Ok(())
             })
@@ -797,6 +808,24 @@ struct RoomChange {
     /// The notice to the people waiting; `null` clears it.
     #[serde(default, deserialize_with = "present")]
     notice: Option<Option<NoticeChange>>,
+    /// Items left (checked by [`stock_change`]); `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    stock: Option<Option<serde_json::Value>>,
+}
+
+/// The stock a `PATCH` sets: a whole number from 0 to
+/// [`MAX_STOCK`](crate::domain::MAX_STOCK), or `null` (not counted).
+fn stock_change(value: Option<&serde_json::Value>) -> Result<Option<u64>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    match value.as_u64() {
+        Some(n) if n <= crate::domain::MAX_STOCK => Ok(Some(n)),
+        _ => Err(format!(
+            "stock: expected a whole number from 0 to {} (items left) or null (not counted), got {value}",
+            crate::domain::MAX_STOCK
+        )),
+    }
 }
 
 /// `POST /api/rooms/{id}/release`.

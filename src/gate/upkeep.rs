@@ -41,6 +41,7 @@ impl Operator {
                     active: stats.active,
                     queued: stats.queued,
                     limit: policy.total_active_users,
+                    stock: room.stock(),
                     admitted_last_minute: stats.admitted_last_minute,
                     eta_seconds,
                     totals,

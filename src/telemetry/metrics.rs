@@ -63,6 +63,8 @@ pub struct Metrics {
     active: Family<RoomLabel, Gauge>,
     queued: Family<RoomLabel, Gauge>,
     limit: Family<RoomLabel, Gauge>,
+    /// Items left, while the room counts them.
+    stock: Family<RoomLabel, Gauge>,
     admitted_last_minute: Family<RoomLabel, Gauge>,
     eta: Family<RoomLabel, Gauge>,
     /// Cumulative counts from the store, shared by every instance.
@@ -150,6 +152,8 @@ pub struct RoomFigures {
     pub active: u64,
     pub queued: u64,
     pub limit: u64,
+    /// Items left (`None`: not counted; the series is removed).
+    pub stock: Option<u64>,
     pub admitted_last_minute: u64,
     pub eta_seconds: u64,
     pub totals: Option<crate::store::RoomTotals>,
@@ -169,6 +173,7 @@ impl Metrics {
             active: Family::default(),
             queued: Family::default(),
             limit: Family::default(),
+            stock: Family::default(),
             admitted_last_minute: Family::default(),
             eta: Family::default(),
             store_totals: Family::default(),
@@ -188,6 +193,11 @@ impl Metrics {
         registry.register("room_active", "Active sessions", m.active.clone());
         registry.register("room_queued", "Visitors waiting", m.queued.clone());
         registry.register("room_limit", "total_active_users in force", m.limit.clone());
+        registry.register(
+            "room_stock",
+            "Items left, as the origin or an operator last said (rooms that count them)",
+            m.stock.clone(),
+        );
         registry.register(
             "room_admitted_last_minute",
             "Admissions in the last 60 s (all instances)",
@@ -360,6 +370,12 @@ impl Metrics {
         set(&self.active, f.active);
         set(&self.queued, f.queued);
         set(&self.limit, f.limit);
+        match f.stock {
+            Some(stock) => set(&self.stock, stock),
+            None => {
+                self.stock.remove(&label);
+            }
+        }
         set(&self.admitted_last_minute, f.admitted_last_minute);
         set(&self.eta, f.eta_seconds);
         if let Some(t) = f.totals {
