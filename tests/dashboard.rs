@@ -80,10 +80,11 @@ async fn the_dashboard_renders_rooms_and_follows_the_figures() {
 }
 
 /// With every count the fairness features have (a lane, refused codes,
-/// open captcha passes) each tile holds one figure and keeps its size,
-/// and the counts are rows of their own, at a desktop's width and a
-/// phone's: before, the fairness tile printed them all in the big-number
-/// font and stretched its whole row of tiles to ~300 px.
+/// open captcha passes) and the drop's settings (a stock, a long notice),
+/// each tile holds one figure and keeps its size, and the counts are rows
+/// of their own, at a desktop's width and a phone's: before, the fairness
+/// tile printed them all in the big-number font and stretched its whole
+/// row of tiles to ~300 px.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
     let h = Harness::start(|c| {
@@ -96,6 +97,15 @@ async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
         }];
     })
     .await;
+    let notice = "Size 10 is sold out; sizes 8 and 9 are left, and we restart the sale at 10:15 for everyone still waiting in line";
+    let resp = h
+        .bare()
+        .patch(h.admin_url("/api/rooms/shop"))
+        .json(&serde_json::json!({"stock": 1250, "notice": {"text": notice, "level": "warning"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
     for _ in 0..3 {
         h.visitor()
             .get(h.url("/?waitroom_code=WRONG-CODE-9"))
@@ -114,7 +124,7 @@ async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
         browser.client.goto(&h.admin_url("/")).await.unwrap();
         browser
             .wait_until(
-                "(document.querySelector('[data-room=\"shop\"]') || {textContent: ''}).textContent.includes('codes refused')",
+                "['codes refused', 'stock left', 'we restart'].every(t => (document.querySelector('[data-room=\"shop\"]') || {textContent: ''}).textContent.includes(t))",
                 Duration::from_secs(15),
             )
             .await;
@@ -135,7 +145,7 @@ async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
             assert_eq!(figures, 1, "{width} px: one figure a tile: {tiles}");
         }
         let rows = browser
-            .eval("[...document.querySelectorAll('[data-room=\"shop\"] .fairness div')].map(r => [r.getBoundingClientRect().height, r.scrollWidth - r.clientWidth, r.textContent])")
+            .eval("[...document.querySelectorAll('[data-room=\"shop\"] .counts div')].map(r => [r.getBoundingClientRect().height, r.scrollWidth - r.clientWidth, r.textContent])")
             .await;
         for row in rows.as_array().unwrap() {
             let (tall, over) = (row[0].as_f64().unwrap(), row[1].as_f64().unwrap());
