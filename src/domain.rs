@@ -141,6 +141,10 @@ pub struct Lanes {
     pub count: u8,
     /// Each lane's share in thousandths, indexed by lane (0: the general queue).
     pub shares: [u16; MAX_LANES + 1],
+    /// A presale window: before this time (ms since the epoch) only the
+    /// configured lanes are let in, and the general queue waits even while
+    /// the room has room; from it the shares apply. 0: no window.
+    pub only_until_ms: Millis,
 }
 
 impl Lanes {
@@ -148,6 +152,7 @@ impl Lanes {
     pub const NONE: Lanes = Lanes {
         count: 0,
         shares: [0; MAX_LANES + 1],
+        only_until_ms: 0,
     };
 
     /// Lanes with these shares (thousandths, at most [`MAX_LANES`] of them,
@@ -165,6 +170,21 @@ impl Lanes {
     /// Whether the room has any.
     pub fn any(&self) -> bool {
         self.count > 0
+    }
+
+    /// The same lanes with a presale window until `until_ms` (0: none).
+    pub fn only_until(self, until_ms: Millis) -> Lanes {
+        Lanes {
+            only_until_ms: until_ms,
+            ..self
+        }
+    }
+
+    /// Whether the general queue is held at `now_ms`: the room has lanes
+    /// and its presale window has not ended, so nobody from the general
+    /// queue is admitted, whatever room there is.
+    pub fn general_held(&self, now_ms: Millis) -> bool {
+        self.any() && now_ms < self.only_until_ms
     }
 }
 

@@ -54,7 +54,9 @@ enum Op {
     /// moves up; docs/redis-layout.md.)
     Again(u16),
     /// The room's lanes become two, with the shares this number picks
-    /// (from then on it has two lanes; their shares may change again).
+    /// (from then on it has two lanes; their shares may change again);
+    /// from 4 on with a presale window ending some seconds from now (the
+    /// general queue held until then).
     Lanes(u8),
     /// A visitor holding a queue ticket polls with it.
     Poll(u16),
@@ -93,7 +95,7 @@ fn op() -> impl Strategy<Value = Op> {
         20 => (1u8..=8).prop_map(Op::Burst),
         10 => any::<u8>().prop_map(Op::LaneArrive),
         2 => any::<u16>().prop_map(Op::Again),
-        4 => (0u8..4).prop_map(Op::Lanes),
+        4 => (0u8..8).prop_map(Op::Lanes),
         25 => any::<u16>().prop_map(Op::Poll),
         3 => any::<u16>().prop_map(Op::Replay),
         10 => any::<u16>().prop_map(Op::CheckIn),
@@ -361,7 +363,11 @@ impl Case<'_> {
             }
             Op::Lanes(k) => {
                 let shares: [&[u16]; 4] = [&[300, 200], &[500, 500], &[100, 100], &[700, 100]];
-                self.p.lanes = Lanes::with_shares(shares[k as usize % 4]);
+                let until = match k / 4 % 2 {
+                    0 => 0,
+                    _ => now + 20_000,
+                };
+                self.p.lanes = Lanes::with_shares(shares[k as usize % 4]).only_until(until);
             }
             Op::Poll(k) | Op::Replay(k) => {
                 let replay = matches!(op, Op::Replay(_));
@@ -614,12 +620,18 @@ impl Case<'_> {
         // I4: nobody waits while there is room in a room that promotes.
         let promotes = matches!(p.state, RoomState::Open | RoomState::QueueAll)
             && matches!(p.method, QueueingMethod::Fifo | QueueingMethod::Random);
-        let waiting = if self.diverged {
-            stats.queued
-        } else {
-            model.queued
+        // In a presale window the general queue waits whatever room there
+        // is: only the lanes' places count.
+        let served = |s: &waitroom::store::RoomStats| match p.lanes.general_held(now) {
+            true => s.lane_queued.iter().sum(),
+            false => s.queued,
         };
-        if promotes && waiting > 0 && stats.queued > 0 {
+        let waiting = if self.diverged {
+            served(&stats)
+        } else {
+            served(&model)
+        };
+        if promotes && waiting > 0 && served(&stats) > 0 {
             let full = stats.active >= cap || (rate > 0 && stats.admitted_last_minute >= rate);
             prop_assert!(full, "I4: {} waiting with room: {stats:?}", stats.queued);
         }

@@ -170,8 +170,10 @@ impl ModelRoom {
         while self.has_room(p) {
             let lanes = &self.lanes;
             let queue = &self.queue;
+            // In a presale window the general queue is not served at all.
+            let held = p.lanes.general_held(now);
             let waiting = |lane: usize| match lane {
-                0 => !queue.is_empty(),
+                0 => !held && !queue.is_empty(),
                 _ => !lanes[lane - 1].is_empty(),
             };
             let Some(lane) = self.turns.take(&p.lanes, waiting) else {
@@ -286,7 +288,15 @@ impl ModelRoom {
                 }
             }
             _ => {
-                if open && self.waiting() == 0 && self.has_room(p) {
+                // In a presale window the general queue waits whatever room
+                // there is, and a lane newcomer waits only behind the lanes.
+                let held = p.lanes.general_held(now);
+                let ahead = if held {
+                    self.waiting() - self.queue.len()
+                } else {
+                    self.waiting()
+                };
+                if open && !(held && lane == 0) && ahead == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh, now);
                 }
                 if p.max_queue_length > 0 && self.line(lane).len() as u64 >= p.max_queue_length {

@@ -95,6 +95,7 @@ macro_rules! store_conformance {
             lane_places_are_released_reset_and_put_back,
             a_lane_nobody_waits_in_saves_no_turns,
             a_lane_with_all_the_share_goes_first,
+            a_presale_window_lets_only_the_lanes_in,
             an_unseen_member_is_found_by_id_when_it_comes_again,
         );
     };
@@ -2068,6 +2069,42 @@ pub async fn a_lane_with_all_the_share_goes_first(h: &Harness) {
     assert!(r.release(holders[1], at).await);
     admitted(r.poll_in(lane[1].0, 1, lane[1].1, at).await);
     admitted(r.poll(general[0].0, general[0].1, at).await);
+}
+
+/// A presale window: before its end only lane places are let in; the
+/// general queue waits even while the room has room, and its newcomers
+/// queue (by id or made new). From the end the general queue moves.
+pub async fn a_presale_window_lets_only_the_lanes_in(h: &Harness) {
+    let until = T0 + 10 * SECOND;
+    let mut p = room("presale");
+    p.total_active_users = 3;
+    p.lanes = Lanes::with_shares(&[500]).only_until(until);
+    let r = bind(h, p);
+    // An empty room: a general newcomer queues all the same.
+    let general = r.queue_up(1, T0).await;
+    let fresh = queued(
+        r.h.store
+            .arrive(&r.p, VisitorId::random(), 0, Arrival::New, T0)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(fresh.position, 2);
+    // A lane newcomer is admitted: only the general queue waits.
+    admitted(r.arrive_in(VisitorId::random(), 1, T0).await);
+    // Polling just before the end changes nothing for the general queue.
+    let at = until - 1;
+    assert_eq!(
+        queued(r.poll(general[0].0, general[0].1, at).await).position,
+        1
+    );
+    // A lane place is promoted before the end.
+    admitted(r.arrive_in(VisitorId::random(), 1, at).await);
+    let stats = r.stats(at).await;
+    assert_eq!((stats.active, stats.queued), (2, 2));
+    // At the end the general queue moves into the room left.
+    admitted(r.poll(general[0].0, general[0].1, until).await);
+    let stats = r.stats(until).await;
+    assert_eq!((stats.active, stats.queued), (3, 1));
 }
 
 /// A member the room had not seen (`Arrival::Unseen`, which may skip the

@@ -400,10 +400,12 @@ impl Room {
             }
             return;
         }
+        // A presale window holds the general queue: it is not served.
+        let held = p.lanes.general_held(now);
         while self.has_room(p) {
             let (queue, lanes) = (&self.queue, &self.lanes);
             let waiting = |lane: usize| match lane {
-                0 => queue.len() > 0,
+                0 => !held && queue.len() > 0,
                 _ => lanes[lane - 1].len() > 0,
             };
             match self.turns.take(&p.lanes, waiting) {
@@ -511,7 +513,14 @@ impl Room {
                 // Promotion has just run, so a non-empty queue means there is
                 // no room; the explicit check keeps newcomers behind it even
                 // in states that do not promote.
-                if open && self.waiting() == 0 && self.has_room(p) {
+                // A presale window keeps general newcomers waiting, and
+                // lane newcomers behind the lanes only.
+                let held = p.lanes.general_held(now);
+                let ahead = match held {
+                    true => self.waiting() - self.queue.len(),
+                    false => self.waiting(),
+                };
+                if open && !(held && lane == 0) && ahead == 0 && self.has_room(p) {
                     return self.admit(visitor, fresh_session, now);
                 }
                 if p.max_queue_length > 0 && self.line(lane).len() >= p.max_queue_length {

@@ -153,7 +153,7 @@ fn reason_of(code: u64) -> Option<RejectReason> {
 /// The policy's fields in the order the `|`-joined policy argument carries
 /// them (`policy_arg`), named as the Lua reads them (`ctx.lua`'s
 /// `policy_of`).
-pub(super) const POLICY_FIELDS: [&str; 13] = [
+pub(super) const POLICY_FIELDS: [&str; 14] = [
     "cap",
     "cap_kind",
     "rate",
@@ -167,6 +167,7 @@ pub(super) const POLICY_FIELDS: [&str; 13] = [
     "key_ttl_ms",
     "revision",
     "lanes",
+    "lanes_until",
 ];
 
 /// What the policy's `cap` means (its `cap_kind` field; `lua/lib/ctx.lua`).
@@ -340,7 +341,7 @@ pub(super) fn state_name(s: RoomState) -> &'static str {
 /// Lua): the fields of [`POLICY_FIELDS`] joined by `|`.
 pub(super) fn policy_arg(room: &RoomPolicy, cap_kind: CapKind, key_ttl_ms: Millis) -> String {
     format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}|{}",
+        "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{key_ttl_ms}|{}|{}|{}",
         room.total_active_users,
         cap_kind.text(),
         room.new_users_per_minute,
@@ -353,7 +354,18 @@ pub(super) fn policy_arg(room: &RoomPolicy, cap_kind: CapKind, key_ttl_ms: Milli
         state_name(room.state),
         room.revision,
         lanes_arg(room),
+        lanes_until_arg(room),
     )
+}
+
+/// The policy's `lanes_until` field: the end of the presale window (ms),
+/// 0 without lanes or without a window.
+fn lanes_until_arg(room: &RoomPolicy) -> Millis {
+    if room.lanes.any() {
+        room.lanes.only_until_ms
+    } else {
+        0
+    }
 }
 
 /// The policy's `lanes` field: empty without lanes, else every lane's
@@ -614,6 +626,7 @@ pub(super) fn decode_description(v: &Value, made_ms: Millis) -> Result<Descripti
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::domain::Lanes;
 
     #[test]
     fn every_verdict_decodes_from_the_numbers_lua_sends() {
@@ -764,8 +777,20 @@ pub(super) mod tests {
             lanes: Default::default(),
         };
         let arg = policy_arg(&room, CapKind::Grant, 9);
-        assert_eq!(arg, "5|grant|60|1000|1|fifo|0|2000|3000|open|9|7|");
+        assert_eq!(arg, "5|grant|60|1000|1|fifo|0|2000|3000|open|9|7||0");
         assert_eq!(arg.split('|').count(), POLICY_FIELDS.len());
+        // A presale window travels with the lanes, and only with them.
+        let presale = RoomPolicy {
+            lanes: Lanes::with_shares(&[300]).only_until(1_234),
+            ..room.clone()
+        };
+        let arg = policy_arg(&presale, CapKind::Room, 9);
+        assert!(arg.ends_with("|7|700,300|1234"), "{arg}");
+        let no_lanes = RoomPolicy {
+            lanes: Lanes::NONE.only_until(1_234),
+            ..room
+        };
+        assert!(policy_arg(&no_lanes, CapKind::Room, 9).ends_with("|7||0"));
     }
 
     #[test]

@@ -17,11 +17,11 @@
 -- over one script per visitor.
 --
 -- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
--- uses: batch_add, count_string, counts, free_room, housekeep, int, int_next,
--- uses: keep_alive, lane_of, lane_place, next_seq, place_of, promote,
--- uses: queue_length, record_admissions, tail_add, tail_ends, tail_find,
--- uses: tail_place, tail_scan, tail_seqs_add, tail_seqs_of, to_tail,
--- uses: zadd_all
+-- uses: batch_add, count_string, counts, free_room, general_held,
+-- uses: housekeep, int, int_next, keep_alive, lane_of, lane_place,
+-- uses: next_seq, place_of, promote, queue_length, record_admissions,
+-- uses: tail_add, tail_ends, tail_find, tail_place, tail_scan,
+-- uses: tail_seqs_add, tail_seqs_of, to_tail, zadd_all
 housekeep(c)
 counts(c)
 -- Whether the sessions, their batches and the window were empty, so that
@@ -61,7 +61,8 @@ local ARGV = c.argv
 local flags = ARGV[ARG_FLAGS]
 local hold = string.find(flags, ARRIVE_HOLD, 1, true) ~= nil
 -- Newcomers do not jump another region's older waiters either.
-local nobody_ahead = c.region_bound == nil
+-- (In a presale window the general queue waits whatever room there is.)
+local nobody_ahead = c.region_bound == nil and not general_held(c)
 -- Visitor i is ARGV[V + i].
 local V = ARG_VISITORS - 1
 local n = #ARGV - V

@@ -8,11 +8,11 @@
 -- this visitor (the caller asks again).
 --
 -- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
--- uses: admit, counts, free_room, housekeep, int, keep_alive, lane_key,
--- uses: lane_of, lane_place, lanes_length, next_seq, place_ended, place_of,
--- uses: promote, promotes, queue_length, read_last_seq, save_last_seq,
--- uses: session_of, stable_seq, tail_find, tail_place, touch_poll,
--- uses: used_places
+-- uses: admit, counts, free_room, general_held, housekeep, int, keep_alive,
+-- uses: lane_key, lane_of, lane_place, lanes_length, next_seq, place_ended,
+-- uses: place_of, promote, promotes, queue_length, read_last_seq,
+-- uses: save_last_seq, session_of, stable_seq, tail_find, tail_place,
+-- uses: touch_poll, used_places
 local op, visitor, lane = c.argv[ARG_OP], c.argv[ARG_VISITOR], tonumber(c.argv[ARG_LANE])
 local key = lane_key(c, lane)
 local state, method = c.p.state, c.p.method
@@ -37,9 +37,10 @@ local function general_place()
     return place
 end
 
--- Whether anyone waits, in any lane.
+-- Whether anyone waits whom promotion would serve: in any lane, and in
+-- the general queue unless a presale window holds it.
 local function anyone_waiting()
-    return queue_length(c) > 0 or lanes_length(c) > 0
+    return (queue_length(c) > 0 and not general_held(c)) or lanes_length(c) > 0
 end
 
 -- A place still waiting while the room has room: promotion stopped at its

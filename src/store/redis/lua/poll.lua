@@ -4,9 +4,10 @@
 -- the ticket was issued).
 --
 -- The lib helpers it calls (lua/lib/*.lua; library.rs checks the list):
--- uses: admit, counts, enqueue, free_room, housekeep, int, marked,
--- uses: place_ended, place_of, promote, promotes, save_last_seq, session_of,
--- uses: tail_ends, tail_find, tail_place, touch_poll, used_places
+-- uses: admit, counts, enqueue, free_room, general_held, housekeep, int,
+-- uses: marked, place_ended, place_of, promote, promotes, save_last_seq,
+-- uses: session_of, tail_ends, tail_find, tail_place, touch_poll,
+-- uses: used_places
 local visitor = c.argv[ARG_VISITOR]
 local seq_s = c.argv[ARG_SEQ]
 local seq = tonumber(seq_s)
@@ -18,10 +19,12 @@ promote(c)
 -- at its bound for this call (PROMOTE_MAX) before reaching it; the caller
 -- asks again, so the visitor is admitted at this poll (I4).
 -- (FIFO only: a random pick may take anyone; nor past another region's
--- oldest waiter, whom promotion waits for.)
+-- oldest waiter, whom promotion waits for; nor in a presale window, which
+-- holds the general queue whatever room there is.)
 local function within_room(place)
     if place and promotes(c) and c.p.method == 'fifo' and place[3] <= free_room(c)
-        and (not c.region_bound or place[2] <= c.region_bound) then
+        and (not c.region_bound or place[2] <= c.region_bound)
+        and not general_held(c) then
         return { MORE }
     end
     return place

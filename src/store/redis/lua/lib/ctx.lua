@@ -91,6 +91,9 @@ local function policy_of(s)
         else
             p.lanes = nil
         end
+        -- The presale window's end (ms; 0: none): before it only the lanes
+        -- are let in (lanes.lua, `general_held`).
+        p.lanes_until = tonumber(p.lanes_until or '0') or 0
         if policies_n >= 256 then
             policies, policies_n = {}, 0
         end

@@ -16,6 +16,13 @@
 --   L1 every seq in a lane is above the reset floor and at most last_seq;
 --   L2 a visitor waits in one lane at most (the general queue included).
 
+-- Whether the general queue is held: the room has lanes and its presale
+-- window (the policy's `lanes_until`, against the call's `now`) has not
+-- ended, so only the lanes are let in (`store::Lanes::general_held`).
+local function general_held(c)
+    return c.p.lanes ~= nil and c.now < c.p.lanes_until
+end
+
 -- Lane `lane`'s key (1 ..).
 local function lane_key(c, lane)
     return c.k.lane_prefix .. lane

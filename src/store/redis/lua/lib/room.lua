@@ -329,7 +329,8 @@ local function take_by_turns(c)
     end
     local lanes = c.p.lanes
     c.reset_floor = tonumber(redis.call('HGET', c.k.meta, 'reset_floor') or '0')
-    local waiting = { [0] = queue_length(c) > 0 }
+    -- (In a presale window the general queue is not served at all.)
+    local waiting = { [0] = not general_held(c) and queue_length(c) > 0 }
     for lane = 1, lanes.count do
         waiting[lane] = redis.call('ZCARD', lane_key(c, lane)) > 0
     end
