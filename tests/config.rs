@@ -495,7 +495,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`",
     ),
     (
         "unknown_server_key",
@@ -536,6 +536,14 @@ const BAD: &[(&str, &str)] = &[
     (
         "bypass_path_above_root",
         "room[0].bypass_paths[0] (line 12, column 17): \"/static/../../x\" cannot be matched: the path climbs above the root",
+    ),
+    (
+        "lanes_only_until_bad_time",
+        "room[0].lanes_only_until (line 10, column 20): invalid time \"10:15 tomorrow\"; expected an RFC 3339 time with offset, such as \"2026-12-01T10:00:00Z\"",
+    ),
+    (
+        "lanes_only_until_without_lanes",
+        "room[0].lanes_only_until (line 10, column 20): 2030-01-01T10:15:00Z needs at least one [[room.lane]]: before it only lanes are let in",
     ),
     (
         "limit_too_large",
@@ -1225,6 +1233,14 @@ fn lanes_are_checked_and_become_the_policy() {
         (p.lanes.count, &p.lanes.shares[..3]),
         (2, &[500, 300, 200][..])
     );
+    assert_eq!(p.lanes.only_until_ms, 0, "no presale window unless set");
+    let windowed = good.replacen(
+        "new_users_per_minute = 60\n",
+        "new_users_per_minute = 60\nlanes_only_until = \"2030-01-01T10:15:00Z\"\n",
+        1,
+    );
+    let p = from_toml_str_with_env(&windowed, &env).unwrap().rooms[0].policy();
+    assert_eq!(p.lanes.only_until_ms, ms("2030-01-01T10:15:00Z"));
     let short_file = format!(
         "[[room.lane]]\nname = \"a\"\nshare = 0.3\nsingle_use_codes_file = {:?}\n",
         short.to_str().unwrap()
@@ -1279,6 +1295,33 @@ fn lanes_are_checked_and_become_the_policy() {
         .collect();
     assert!(err(&room(&five), &env).contains("at most 4"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `waitroom check` refuses a presale window without a lane, or at no
+/// time, with exit code 64 and the key's name.
+#[test]
+fn check_exits_64_on_a_presale_window_it_cannot_keep() {
+    for (fixture, says) in [
+        (
+            "lanes_only_until_without_lanes",
+            "needs at least one [[room.lane]]",
+        ),
+        (
+            "lanes_only_until_bad_time",
+            "invalid time \"10:15 tomorrow\"",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .args(["check", "--config"])
+            .arg(format!("{FIXTURES}/{fixture}.toml"))
+            .env("WAITROOM_COOKIE_KEYS", KEY_A)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("room[0].lanes_only_until"), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 /// `waitroom check` refuses a stock item worth no sessions with exit

@@ -469,6 +469,9 @@ pub struct RoomConfig {
     /// `[[room.lane]]`: lanes 1.. in the order configured (lane 0 is the
     /// general queue).
     pub lanes: Vec<LaneConfig>,
+    /// `lanes_only_until`: the end of the presale window (ms since the
+    /// epoch; 0: none). Before it only the lanes are let in.
+    pub lanes_only_until_ms: u64,
     /// Initial room state.
     pub state: RoomState,
     /// The language of the room's pages: from `Accept-Language`, or fixed.
@@ -492,7 +495,8 @@ impl RoomConfig {
             arrival_grace_ms: self.refresh_interval.as_millis() as u64 * 2,
             state: self.state,
             revision: 0,
-            lanes: Lanes::with_shares(&self.lanes.iter().map(|l| l.share).collect::<Vec<_>>()),
+            lanes: Lanes::with_shares(&self.lanes.iter().map(|l| l.share).collect::<Vec<_>>())
+                .only_until(self.lanes_only_until_ms),
         }
     }
 

@@ -226,6 +226,8 @@ pub(super) struct RawRoom {
     pub(super) enqueue_token: Option<RawEnqueueToken>,
     #[serde(default)]
     pub(super) lane: Vec<RawLane>,
+    /// A presale window: until this time only the lanes are let in.
+    pub(super) lanes_only_until: Option<RawTime>,
     pub(super) state: Option<RoomState>,
     /// `"auto"` or a shipped language code.
     pub(super) language: Option<String>,

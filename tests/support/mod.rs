@@ -108,6 +108,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         captcha: None,
         enqueue_token: None,
         lanes: Vec::new(),
+        lanes_only_until_ms: 0,
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],

@@ -3,12 +3,39 @@
 
 use super::Checker;
 use crate::config::keypath::KeyPath;
-use crate::config::raw::RawLane;
+use crate::config::raw::{RawLane, RawTime};
 use crate::config::LaneConfig;
 use crate::domain::MAX_LANES;
 
 /// The shortest lane code `waitroom check` takes.
 pub(super) const MIN_CODE_CHARS: usize = 8;
+
+impl Checker<'_, '_> {
+    /// `lanes_only_until`: the end of a presale window, in ms since the
+    /// epoch (0: none). It needs a lane to let in before it.
+    pub(super) fn lanes_only_until(
+        &mut self,
+        p: &KeyPath,
+        raw: Option<RawTime>,
+        lanes: &[LaneConfig],
+    ) -> u64 {
+        let Some(RawTime(at)) = raw else {
+            return 0;
+        };
+        if lanes.is_empty() {
+            self.fail(
+                &p.key("lanes_only_until"),
+                format!(
+                    "{} needs at least one [[room.lane]]: before it only lanes are let in",
+                    humantime::format_rfc3339(at)
+                ),
+            );
+            return 0;
+        }
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
 
 impl Checker<'_, '_> {
     /// `[[room.lane]]`: at most `MAX_LANES`, names unique, shares adding

@@ -71,6 +71,7 @@ impl Checker<'_, '_> {
             self.fail(&p.key("id"), format!("{:?} {why}", raw.id));
         }
         let (proof_of_work, captcha, enqueue_token, lanes) = self.room_entry(p, &mut raw);
+        let lanes_only_until_ms = self.lanes_only_until(p, raw.lanes_only_until.take(), &lanes);
         let (name, host, path) = self.room_place(p, &mut raw, reserved_prefix);
         let (session_duration, refresh_interval, abandon_after) = self.room_timing(p, &mut raw);
         let (queue_status_code, template) = self.room_page(p, &mut raw);
@@ -108,6 +109,7 @@ impl Checker<'_, '_> {
             captcha,
             enqueue_token,
             lanes,
+            lanes_only_until_ms,
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
