@@ -63,6 +63,7 @@ fn pages(c: &mut Criterion) {
         refresh_seconds: 20,
         event: None,
         starts_in_seconds: None,
+        general_from: None,
         challenge: None,
         captcha: None,
         lane: None,

@@ -142,6 +142,11 @@ pub struct Status {
     /// queue); its position and the queue's length count that lane.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lane: Option<String>,
+    /// In the general queue during a presale window (`lanes_only_until`):
+    /// when the general queue starts to move, as an RFC 3339 time. Until
+    /// then only the lanes are let in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub general_from: Option<String>,
     /// The operator's (or the event's) notice, in the visitor's language.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<NoticeInfo>,
@@ -433,6 +438,7 @@ impl QueueView {
             refresh_seconds: 20,
             event: None,
             starts_in_seconds: None,
+            general_from: None,
             challenge: None,
             captcha: None,
             lane: None,
@@ -810,6 +816,7 @@ mod tests {
             refresh_seconds,
             event: None,
             starts_in_seconds: None,
+            general_from: None,
             challenge: None,
             captcha: None,
             lane: None,

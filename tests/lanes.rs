@@ -2,7 +2,8 @@
 //! newcomer in its lane; the lanes share the admissions as configured and
 //! keep arrival order inside; nobody's shown position goes back when
 //! someone enters a lane; the page and the JSON say which lane; a
-//! single-use code works once across two instances on one Redis.
+//! single-use code works once across two instances on one Redis; a
+//! presale window lets only the lanes in until its end, on every instance.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
@@ -320,6 +321,58 @@ async fn a_single_use_code_works_once_across_two_instances_on_one_redis() {
         .metrics()
         .await
         .contains(r#"outcome="lane_code_refused"} 1"#));
+}
+
+/// A presale window (`lanes_only_until`) on two instances sharing one
+/// Redis: before its end a code holder gets in at once while the room has
+/// room, and a general visitor waits, shown a countdown to the end; once
+/// the clocks pass it, the general visitor is let in, and both instances
+/// say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presale_window_lets_code_holders_in_first_on_every_instance() {
+    let server = tokio::task::spawn_blocking(redis_server::RedisServer::start)
+        .await
+        .unwrap();
+    let until = support::T0 + 40_000;
+    let windowed = |c: &mut waitroom::config::Config| {
+        c.rooms[0].total_active_users = 5;
+        c.rooms[0].lanes_only_until_ms = until;
+    };
+    let a = daemon_with(Some(server.url()), windowed).await;
+    let b = daemon_with(Some(server.url()), windowed).await;
+    let general = Browser::new(1);
+    let v = general.json(&a, "/shop/", &[]).await;
+    assert_eq!(
+        (v["state"].as_str(), v["position"].as_u64()),
+        (Some("queued"), Some(1)),
+        "an empty room, but the general queue waits: {v}"
+    );
+    assert_eq!(v["general_from"], "2027-01-15T08:00:40Z", "{v}");
+    assert!(v["eta_seconds"].as_u64().unwrap() >= 40, "{v}");
+    let member = Browser::new(2);
+    let m = member
+        .json(&b, &format!("/shop/?waitroom_code={MEMBERS}"), &[])
+        .await;
+    assert_eq!(m["served"], "/shop", "a code holder gets in: {m}");
+    // Up to the end, at either instance, the general visitor waits, its
+    // countdown shrinking with the clock.
+    for step in 1..4 {
+        a.clock.advance(Duration::from_secs(10));
+        b.clock.advance(Duration::from_secs(10));
+        let h = if step % 2 == 0 { &a } else { &b };
+        let v = general.poll(h).await;
+        assert_eq!(v["state"], "queued", "step {step}: {v}");
+        assert!(v["eta_seconds"].as_u64().unwrap() >= 40 - 10 * step, "{v}");
+    }
+    a.clock.advance(Duration::from_secs(10));
+    b.clock.advance(Duration::from_secs(10));
+    let v = general.poll(&b).await;
+    assert_eq!(v["state"], "admitted", "from the end the shares apply: {v}");
+    assert!(v.get("general_from").is_none(), "{v}");
+    let v = general.poll(&a).await;
+    assert_eq!(v["state"], "admitted", "the other instance agrees: {v}");
+    let stats = a.store().stats(&a.policy(), a.clock_now()).await.unwrap();
+    assert_eq!((stats.active, stats.queued), (2, 0));
 }
 
 /// An attacker's spellings of a code: another case, padding inside, a

@@ -426,6 +426,7 @@ pub(crate) fn rejected(
             refresh_seconds: refresh,
             event: None,
             starts_in_seconds: None,
+            general_from: None,
             challenge: None,
             captcha: None,
             lane: None,

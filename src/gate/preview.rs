@@ -69,6 +69,7 @@ pub(crate) fn render(
                 refresh_seconds: room.config.refresh_interval.as_secs().max(1),
                 event: None,
                 starts_in_seconds: None,
+                general_from: None,
                 challenge: None,
                 captcha: None,
                 lane: None,

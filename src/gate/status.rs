@@ -50,6 +50,7 @@ pub(super) fn of(
         challenge: None,
         captcha: None,
         lane: None,
+        general_from: None,
         notice: notice(&in_force, now, reply),
     }
 }
@@ -65,6 +66,8 @@ pub(super) fn notice(in_force: &InForce, now: Millis, reply: &Reply<'_>) -> Opti
 /// The status of a visitor queued at `place` in lane `lane`: its
 /// position counts that lane, and its wait is estimated at the lane's
 /// share of the admissions (an upper bound while the other lanes wait).
+/// In the general queue during a presale window nobody moves before the
+/// window ends: the wait counts from then, and `general_from` says when.
 pub(super) fn queued(
     room: &Room,
     now: Millis,
@@ -80,6 +83,14 @@ pub(super) fn queued(
         status.eta_seconds = room
             .rate
             .eta_seconds(as_if, &policy, room.config.refresh_interval);
+    }
+    if lane == 0 && policy.lanes.general_held(now) && status.state == VisitorState::Queued {
+        let until = policy.lanes.only_until_ms;
+        status.eta_seconds = status
+            .eta_seconds
+            .saturating_add(until.saturating_sub(now).div_ceil(1000));
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(until);
+        status.general_from = Some(humantime::format_rfc3339_seconds(at).to_string());
     }
     status.lane = room.lane_name(lane).map(str::to_owned);
     status
