@@ -111,6 +111,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],
+        autotune: None,
     }
 }
 
