@@ -114,7 +114,7 @@ pub(crate) fn next_rate(
             "recovered".to_owned(),
         )
     } else {
-        (current_in, String::new())
+        (current_in, "brought within floor and ceiling".to_owned())
     };
     (rate != current).then_some((rate, reason))
 }
@@ -264,6 +264,11 @@ mod tests {
             next_rate(&c, counts(100, 50, 0), 5),
             Some((20, _))
         ));
+        // Holding, a rate outside is still brought inside, and says so.
+        assert_eq!(
+            next_rate(&c, counts(100, 2, 4), 500),
+            Some((100, "brought within floor and ceiling".to_owned()))
+        );
     }
 
     #[test]
