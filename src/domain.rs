@@ -256,6 +256,23 @@ pub struct RoomOverrides {
     /// (see [`cap_by_stock`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stock: Option<u64>,
+    /// Autotune's last move (`[room.autotune]`): the rate it set in
+    /// `settings.new_users_per_minute`, when and why. Instances step only
+    /// once this is older than the interval, so one move per interval
+    /// holds across them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autotune: Option<AutotuneMove>,
+}
+
+/// One move of a room's rate by autotune.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutotuneMove {
+    /// The rate set (new users per minute).
+    pub rate: u64,
+    /// When (store time, ms).
+    pub at_ms: Millis,
+    /// Why, for people: "origin slow: 7% of requests over 2s".
+    pub reason: String,
 }
 
 /// Largest stock taken (from the origin or the admin API); a larger

@@ -219,6 +219,14 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "hosts",
         "cert",
         "tls_ca",
+        "latency",
+        "slow_share",
+        "error_share",
+        "floor",
+        "ceiling",
+        "step",
+        "interval",
+        "min_requests",
     ] {
         let written = example
             .lines()
@@ -495,7 +503,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
     ),
     (
         "unknown_server_key",
@@ -608,6 +616,18 @@ const BAD: &[(&str, &str)] = &[
     (
         "sessions_per_item_zero",
         "room[0].sessions_per_item (line 10, column 21): 0 must be more than 0 and at most 1000 (active sessions one item of stock is worth; 1 unless a buyer takes several)",
+    ),
+    (
+        "autotune_floor_above_ceiling",
+        "room[0].autotune.floor (line 12, column 9): 100 must not be above ceiling 50 (the rate moves between them)",
+    ),
+    (
+        "autotune_share_out_of_range",
+        "room[0].autotune.error_share (line 14, column 15): 5 must be more than 0 and at most 1 (a share: 0.05 is 5%)",
+    ),
+    (
+        "autotune_short_interval",
+        "room[0].autotune.interval (line 14, column 12): must be at least 1s, got \"100ms\"",
     ),
     (
         "zero_total_active_users",
@@ -1346,6 +1366,37 @@ fn check_exits_64_on_sessions_per_item_not_above_zero() {
             )),
             "{stderr}"
         );
+    }
+}
+
+/// `waitroom check` refuses a bad `[room.autotune]` with exit code 64
+/// and the key's name: a floor above the ceiling, a share outside
+/// (0, 1], an interval under a second.
+#[test]
+fn check_exits_64_on_a_bad_autotune() {
+    for (fixture, key) in [
+        (
+            "autotune_floor_above_ceiling",
+            "room[0].autotune.floor (line 12",
+        ),
+        (
+            "autotune_share_out_of_range",
+            "room[0].autotune.error_share (line 14",
+        ),
+        (
+            "autotune_short_interval",
+            "room[0].autotune.interval (line 14",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .args(["check", "--config"])
+            .arg(format!("{FIXTURES}/{fixture}.toml"))
+            .env("WAITROOM_COOKIE_KEYS", KEY_A)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{fixture}: {stderr}");
+        assert!(stderr.contains(key), "{fixture}: {stderr}");
     }
 }
 

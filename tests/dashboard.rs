@@ -547,3 +547,56 @@ async fn screenshot() {
     )
     .unwrap();
 }
+
+/// A room with `[room.autotune]` shows the rate in force, its bounds and
+/// the reason of the last move as a labelled row; a room without it
+/// shows no such row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_autotunes_rate_and_reason() {
+    let h = Harness::start(|c| {
+        c.rooms[0].new_users_per_minute = 100;
+        c.rooms[0].autotune = Some(waitroom::config::AutotuneConfig {
+            latency: Duration::from_secs(2),
+            slow_share: 0.02,
+            error_share: 0.05,
+            floor: 20,
+            ceiling: 100,
+            step: 0.2,
+            interval: Duration::from_secs(30),
+            min_requests: 5,
+        });
+        c.rooms.push(support::room("other", "/other/"));
+    })
+    .await;
+    h.daemon.gate().refresh_room_figures().await;
+    h.origin.set_trouble(support::origin::Trouble::Errors);
+    for i in 0..10 {
+        h.bare()
+            .get(h.url(&format!("/static/{i}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    h.clock.advance(Duration::from_secs(30));
+    h.daemon.gate().refresh_room_figures().await;
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.admin_url("/")).await.unwrap();
+    let rate = "(document.querySelector('[data-room=\"shop\"] .autotune-rate') || {}).textContent";
+    browser
+        .wait_until(&format!("{rate} === '80 / min (20–100)'"), WAIT)
+        .await;
+    let reason = browser
+        .eval("document.querySelector('[data-room=\"shop\"] .autotune-reason').textContent")
+        .await;
+    assert!(
+        reason
+            .as_str()
+            .unwrap()
+            .starts_with("origin errors: 100% of requests failed or answered 5xx ("),
+        "{reason}"
+    );
+    let other = browser
+        .eval("document.querySelectorAll('[data-room=\"other\"] .autotune').length")
+        .await;
+    assert_eq!(other, 0);
+}

@@ -376,6 +376,7 @@ impl Admin {
             "stock": room.stock(),
             "sessions_per_item": c.sessions_per_item,
             "fairness": fairness_json(room),
+            "autotune": autotune_json(room, &policy),
         }))
     }
 
@@ -811,6 +812,28 @@ struct RoomChange {
     /// Items left (checked by [`stock_change`]); `null` clears it.
     #[serde(default, deserialize_with = "present")]
     stock: Option<Option<serde_json::Value>>,
+}
+
+/// A room's autotune (`[room.autotune]`): the rate in force, its bounds
+/// and autotune's last move; `null` when the room has none.
+fn autotune_json(room: &Room, policy: &crate::domain::RoomPolicy) -> serde_json::Value {
+    let Some(c) = &room.config.autotune else {
+        return serde_json::Value::Null;
+    };
+    let last = room.autotune_move();
+    serde_json::json!({
+        "rate": policy.new_users_per_minute,
+        "floor": c.floor,
+        "ceiling": c.ceiling,
+        "step": c.step_users(),
+        "interval_seconds": c.interval.as_secs(),
+        "latency_ms": c.latency.as_millis() as u64,
+        "last_move": last.map(|m| serde_json::json!({
+            "rate": m.rate,
+            "at": rfc3339(m.at_ms),
+            "reason": m.reason,
+        })),
+    })
 }
 
 /// The stock a `PATCH` sets: a whole number from 0 to

@@ -478,6 +478,43 @@ pub struct RoomConfig {
     pub language: Language,
     /// `[[room.event]]`: scheduled periods with their own settings.
     pub events: Vec<EventConfig>,
+    /// `[room.autotune]`: `new_users_per_minute` follows the origin's
+    /// latency and errors (`None`: off).
+    pub autotune: Option<AutotuneConfig>,
+}
+
+/// `[room.autotune]` (docs/operating.md, "Autotune"): once per
+/// `interval`, the room's rate steps down when too many of the requests
+/// forwarded for it were slow or failed, and up when the origin is
+/// healthy again, between `floor` and `ceiling`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutotuneConfig {
+    /// A forwarded request that takes longer than this is slow.
+    pub latency: Duration,
+    /// Share of slow requests (0 to 1) above which the rate steps down.
+    pub slow_share: f64,
+    /// Share of the origin's 5xx answers (and failed requests) above
+    /// which the rate steps down.
+    pub error_share: f64,
+    /// Lowest rate autotune sets (new users per minute).
+    pub floor: u64,
+    /// Highest rate autotune sets (new users per minute).
+    pub ceiling: u64,
+    /// One move, as a fraction of `ceiling` (more than 0, at most 1; at
+    /// least one user per minute).
+    pub step: f64,
+    /// At most one move per interval, across every instance.
+    pub interval: Duration,
+    /// Fewer forwarded requests than this in an interval: no move (too
+    /// little to judge the origin by).
+    pub min_requests: u64,
+}
+
+impl AutotuneConfig {
+    /// How much one move changes the rate: `step` × `ceiling`, at least 1.
+    pub fn step_users(&self) -> u64 {
+        ((self.step * self.ceiling as f64).round() as u64).max(1)
+    }
 }
 
 impl RoomConfig {

@@ -233,6 +233,22 @@ pub(super) struct RawRoom {
     pub(super) language: Option<String>,
     #[serde(default)]
     pub(super) event: Vec<RawEvent>,
+    /// `[room.autotune]`; absent: the rate stays where it is set.
+    pub(super) autotune: Option<RawAutotune>,
+}
+
+/// `[room.autotune]`: the rate follows the origin's health.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAutotune {
+    pub(super) latency: Option<RawDuration>,
+    pub(super) slow_share: Option<f64>,
+    pub(super) error_share: Option<f64>,
+    pub(super) floor: u64,
+    pub(super) ceiling: u64,
+    pub(super) step: Option<f64>,
+    pub(super) interval: Option<RawDuration>,
+    pub(super) min_requests: Option<u64>,
 }
 
 /// `[[room.lane]]`.

@@ -2,7 +2,8 @@
 //! request gets from the origin, through the proxy's pools; the tunnel a
 //! WebSocket upgrade becomes, ended with its session; and the origin's
 //! commands (`X-Waitroom-Command: close`, `revoke`) and stock
-//! (`X-Waitroom-Stock`) carried out.
+//! (`X-Waitroom-Stock`) carried out; for rooms with `[room.autotune]`,
+//! how the origin answered counted (`autotune::OriginWindow`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,10 +115,18 @@ impl Forwarding {
         let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();
         let started = Instant::now();
         let forwarded = self.proxy.forward(req, out).await;
+        let took = started.elapsed();
         self.operator
             .telemetry
             .metrics
-            .origin_latency(started.elapsed().as_secs_f64());
+            .origin_latency(took.as_secs_f64());
+        if let Some((room, autotune)) = room.and_then(|r| Some((r, r.config.autotune.as_ref()?))) {
+            let failed = match &forwarded {
+                Ok((resp, _)) => resp.status().is_server_error(),
+                Err(_) => true,
+            };
+            room.origin_health.record(took, failed, autotune);
+        }
         let (mut resp, from_origin) = match forwarded {
             Ok(forwarded) => forwarded,
             Err(e) => {

@@ -42,6 +42,7 @@
 
 pub(crate) mod access;
 mod admission;
+pub(crate) mod autotune;
 pub(crate) mod captcha;
 mod decide;
 pub(crate) mod eta;

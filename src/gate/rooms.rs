@@ -63,6 +63,9 @@ pub struct Room {
     pub ended_here: EndedHere,
     /// WebSocket tunnels open here, by the visitor whose session opened them.
     pub tunnels: Arc<Tunnels>,
+    /// What the origin did with the requests forwarded for this room
+    /// (`[room.autotune]` reads it).
+    pub(crate) origin_health: super::autotune::OriginWindow,
     clock: SharedClock,
 }
 
@@ -240,6 +243,7 @@ impl Room {
             queueing: AtomicBool::new(false),
             ended_here: EndedHere::default(),
             tunnels: Arc::default(),
+            origin_health: Default::default(),
             clock,
             config,
         };
@@ -252,7 +256,15 @@ impl Room {
         self.in_force.load().notice.clone()
     }
 
-    /// The stock left as last recorded (`None`: not counted).
+    /// Autotune's last move, as last applied here (`None`: none yet).
+    pub fn autotune_move(&self) -> Option<crate::domain::AutotuneMove> {
+        self.lock_applied()
+            .overrides
+            .as_ref()
+            .and_then(|o| o.autotune.clone())
+    }
+
+    /// Items left, as the origin or an operator last said.
     pub fn stock(&self) -> Option<u64> {
         self.lock_applied().overrides.as_ref().and_then(|o| o.stock)
     }

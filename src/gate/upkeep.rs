@@ -1,6 +1,7 @@
 //! Room upkeep, off the request path: every room's live figures read and
 //! published (ETA rate, metrics, dashboard history), the operators'
-//! runtime changes applied, events started when due, idle limiter
+//! runtime changes applied, autotune's moves made (`autotune`), events
+//! started when due, idle limiter
 //! entries forgotten and orphaned decisions released. The daemon runs
 //! [`super::Gate::refresh_room_figures`] and
 //! [`Operator::refresh_overrides`] on a timer (`server`); a poll or an
@@ -27,6 +28,7 @@ impl Operator {
                     continue;
                 }
             };
+            self.autotune(room, now).await;
             let policy = room.policy_at(now);
             let totals = self.store.totals(room).await.ok();
             room.rate.observe(&stats, totals.as_ref(), &policy, now);
@@ -42,6 +44,11 @@ impl Operator {
                     queued: stats.queued,
                     limit: policy.total_active_users,
                     stock: room.stock(),
+                    autotune_rate: room
+                        .config
+                        .autotune
+                        .as_ref()
+                        .map(|_| policy.new_users_per_minute),
                     admitted_last_minute: stats.admitted_last_minute,
                     eta_seconds,
                     totals,

@@ -65,6 +65,8 @@ pub struct Metrics {
     limit: Family<RoomLabel, Gauge>,
     /// Items left, while the room counts them.
     stock: Family<RoomLabel, Gauge>,
+    /// `new_users_per_minute` in force in rooms with `[room.autotune]`.
+    autotune_rate: Family<RoomLabel, Gauge>,
     admitted_last_minute: Family<RoomLabel, Gauge>,
     eta: Family<RoomLabel, Gauge>,
     /// Cumulative counts from the store, shared by every instance.
@@ -154,6 +156,8 @@ pub struct RoomFigures {
     pub limit: u64,
     /// Items left (`None`: not counted; the series is removed).
     pub stock: Option<u64>,
+    /// The rate in force, for rooms autotune moves (`None`: off).
+    pub autotune_rate: Option<u64>,
     pub admitted_last_minute: u64,
     pub eta_seconds: u64,
     pub totals: Option<crate::store::RoomTotals>,
@@ -174,6 +178,7 @@ impl Metrics {
             queued: Family::default(),
             limit: Family::default(),
             stock: Family::default(),
+            autotune_rate: Family::default(),
             admitted_last_minute: Family::default(),
             eta: Family::default(),
             store_totals: Family::default(),
@@ -197,6 +202,11 @@ impl Metrics {
             "room_stock",
             "Items left, as the origin or an operator last said (rooms that count them)",
             m.stock.clone(),
+        );
+        registry.register(
+            "room_autotune_rate",
+            "new_users_per_minute in force in rooms with [room.autotune]",
+            m.autotune_rate.clone(),
         );
         registry.register(
             "room_admitted_last_minute",
@@ -374,6 +384,12 @@ impl Metrics {
             Some(stock) => set(&self.stock, stock),
             None => {
                 self.stock.remove(&label);
+            }
+        }
+        match f.autotune_rate {
+            Some(rate) => set(&self.autotune_rate, rate),
+            None => {
+                self.autotune_rate.remove(&label);
             }
         }
         set(&self.admitted_last_minute, f.admitted_last_minute);

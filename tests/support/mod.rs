@@ -112,6 +112,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         state: RoomState::Open,
         language: Language::Auto,
         events: vec![],
+        autotune: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! A real fake origin on a loopback port: echo, streaming download and
 //! upload, slow answers, a WebSocket echo, the revoke command and a stock
-//! count; and, like
+//! count; trouble on demand (every answer slow, or a 503); and, like
 //! an origin that speaks h2c or answers any upgrade, `101` to any other
 //! request that asks to upgrade, after which it records what arrives.
 
@@ -32,7 +32,27 @@ pub struct Origin {
     pub open: Arc<AtomicUsize>,
     /// Bytes that arrived through upgraded connections other than `/ws`.
     pub tunneled: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// What ails the origin now; a test flips it.
+    pub trouble: Arc<std::sync::Mutex<Trouble>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// An origin's health, for every request while it lasts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Trouble {
+    #[default]
+    None,
+    /// Every answer waits this long first.
+    Slow(Duration),
+    /// Every answer is `503 Service Unavailable`.
+    Errors,
+}
+
+impl Origin {
+    /// Makes every answer from now on `trouble`'s.
+    pub fn set_trouble(&self, trouble: Trouble) {
+        *self.trouble.lock().unwrap() = trouble;
+    }
 }
 
 impl Drop for Origin {
@@ -48,7 +68,9 @@ impl Origin {
         let connections = Arc::new(AtomicUsize::new(0));
         let open = Arc::new(AtomicUsize::new(0));
         let tunneled = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let trouble = Arc::new(std::sync::Mutex::new(Trouble::None));
         let (counter, open_now, log) = (connections.clone(), open.clone(), tunneled.clone());
+        let ails = trouble.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -56,11 +78,24 @@ impl Origin {
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
                 open_now.fetch_add(1, Ordering::SeqCst);
-                let (open_now, log) = (open_now.clone(), log.clone());
+                let (open_now, log, ails) = (open_now.clone(), log.clone(), ails.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let log = log.clone();
-                        async move { Ok::<_, Infallible>(handle(req, log).await) }
+                        let trouble = *ails.lock().unwrap();
+                        async move {
+                            match trouble {
+                                Trouble::None => {}
+                                Trouble::Slow(pause) => tokio::time::sleep(pause).await,
+                                Trouble::Errors => {
+                                    return Ok::<_, Infallible>(reply(
+                                        StatusCode::SERVICE_UNAVAILABLE,
+                                        full("unavailable"),
+                                    ))
+                                }
+                            }
+                            Ok::<_, Infallible>(handle(req, log).await)
+                        }
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
@@ -74,6 +109,7 @@ impl Origin {
             connections,
             open,
             tunneled,
+            trouble,
             task,
         }
     }

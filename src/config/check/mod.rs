@@ -8,8 +8,9 @@
 //! and a host that several sections make. Each section is checked in its
 //! own file: `server`, `tls`, `store` and `store_redis` (where Redis is),
 //! `region`, `cookie`, `origin`, and a room's keys in `rooms`, `challenge`
-//! (captcha, bot score), `bypass`, `tokens`, `lanes` and `events`.
+//! (captcha, bot score), `bypass`, `tokens`, `lanes`, `events` and `autotune`.
 
+mod autotune;
 mod bypass;
 mod challenge;
 mod cookie;

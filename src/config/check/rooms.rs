@@ -64,7 +64,7 @@ impl Checker<'_, '_> {
 
     /// One `[[room]]`, checked in the order its problems are reported: id,
     /// challenge, token and lanes, name, host and path, limits and timing,
-    /// the queue page, bypasses, language, events, bot score. Each step
+    /// the queue page, bypasses, language, events, bot score, autotune. Each step
     /// takes what it checks out of `raw`.
     fn room(&mut self, p: &KeyPath, mut raw: RawRoom, reserved_prefix: &str) -> RoomConfig {
         if let Err(why) = check_id(&raw.id) {
@@ -81,6 +81,7 @@ impl Checker<'_, '_> {
         let events = self.events(p, std::mem::take(&mut raw.event));
         let failed_challenge = raw.failed_challenge.unwrap_or_default();
         let bot_score = self.bot_score(p, &mut raw, failed_challenge);
+        let autotune = self.autotune(p, raw.autotune.take(), raw.new_users_per_minute);
         RoomConfig {
             id: raw.id,
             name,
@@ -113,6 +114,7 @@ impl Checker<'_, '_> {
             state: raw.state.unwrap_or(RoomState::Open),
             language,
             events,
+            autotune,
         }
     }
 
