@@ -54,18 +54,6 @@ async fn arrivals(h: &Harness, n: usize) {
     assert!(active <= 5, "{active} sessions in a room of 5");
 }
 
-/// The room as the admin API shows it.
-async fn room(h: &Harness) -> serde_json::Value {
-    h.bare()
-        .get(h.admin_url("/api/rooms/shop"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Waits (bounded) until the instance applies `rate`: the daemon's own
 /// timer may be the upkeep that made the move, a moment after ours.
 async fn until_rate(h: &Harness, rate: u64) {
@@ -92,8 +80,8 @@ async fn the_rate_follows_a_failing_origin_down_and_back_up() {
     let h = Harness::start(autotuned).await;
     // The first upkeep opens the window.
     h.daemon.gate().refresh_room_figures().await;
-    assert_eq!(room(&h).await["autotune"]["rate"], 100);
-    assert!(room(&h).await["autotune"]["last_move"].is_null());
+    assert_eq!(h.room_json("shop").await["autotune"]["rate"], 100);
+    assert!(h.room_json("shop").await["autotune"]["last_move"].is_null());
 
     h.origin.set_trouble(Trouble::Errors);
     for expected in [80, 60, 40, 20, 20, 20] {
@@ -108,7 +96,7 @@ async fn the_rate_follows_a_failing_origin_down_and_back_up() {
         }
         h.daemon.gate().refresh_room_figures().await;
         assert_eq!(h.policy().new_users_per_minute, expected);
-        let shown = room(&h).await;
+        let shown = h.room_json("shop").await;
         assert_eq!(shown["new_users_per_minute"], expected);
         assert_eq!(shown["autotune"]["rate"], expected);
         assert_eq!(
@@ -120,7 +108,10 @@ async fn the_rate_follows_a_failing_origin_down_and_back_up() {
         )));
     }
     // At the floor no move is stored: the last one is still the one to 20.
-    assert_eq!(room(&h).await["autotune"]["last_move"]["rate"], 20);
+    assert_eq!(
+        h.room_json("shop").await["autotune"]["last_move"]["rate"],
+        20
+    );
 
     h.origin.set_trouble(Trouble::None);
     // Half an interval is not an interval.
@@ -136,7 +127,7 @@ async fn the_rate_follows_a_failing_origin_down_and_back_up() {
         forward(&h, 10).await;
         next_interval(&h).await;
         until_rate(&h, expected).await;
-        let shown = room(&h).await;
+        let shown = h.room_json("shop").await;
         assert_eq!(shown["autotune"]["last_move"]["reason"], "recovered");
         assert!(shown["active"].as_u64().unwrap() <= 5);
     }
@@ -152,7 +143,7 @@ async fn a_slow_origin_steps_the_rate_down_and_too_few_requests_hold_it() {
     next_interval(&h).await;
     until_rate(&h, 80).await;
     assert_eq!(
-        room(&h).await["autotune"]["last_move"]["reason"],
+        h.room_json("shop").await["autotune"]["last_move"]["reason"],
         "origin slow: 100% of requests over 50ms"
     );
     // Four requests are fewer than min_requests: nothing to judge by.
@@ -198,7 +189,10 @@ async fn two_instances_on_one_redis_apply_one_rate_and_one_move_per_interval() {
         for h in [&a, &b] {
             h.daemon.gate().refresh_overrides().await;
             assert_eq!(h.policy().new_users_per_minute, expected);
-            assert_eq!(room(h).await["autotune"]["last_move"]["rate"], expected);
+            assert_eq!(
+                h.room_json("shop").await["autotune"]["last_move"]["rate"],
+                expected
+            );
             let (active, _) = h.counts().await;
             assert!(active <= 5);
         }

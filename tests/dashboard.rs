@@ -98,14 +98,8 @@ async fn every_tile_holds_one_figure_at_desktop_and_phone_widths() {
     })
     .await;
     let notice = "Size 10 is sold out; sizes 8 and 9 are left, and we restart the sale at 10:15 for everyone still waiting in line";
-    let resp = h
-        .bare()
-        .patch(h.admin_url("/api/rooms/shop"))
-        .json(&serde_json::json!({"stock": 1250, "notice": {"text": notice, "level": "warning"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let body = serde_json::json!({"stock": 1250, "notice": {"text": notice, "level": "warning"}});
+    h.patch_room_ok("shop", body).await;
     for _ in 0..3 {
         h.visitor()
             .get(h.url("/?waitroom_code=WRONG-CODE-9"))

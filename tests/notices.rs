@@ -42,21 +42,6 @@ async fn redis() -> RedisServer {
         .unwrap()
 }
 
-async fn patch(h: &Harness, body: Value) -> reqwest::Response {
-    h.bare()
-        .patch(h.admin_url("/api/rooms/shop"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn patch_ok(h: &Harness, body: Value) {
-    let resp = patch(h, body).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-}
-
 /// One visitor admitted, one queued (its client returned).
 async fn queue_one(h: &Harness) -> reqwest::Client {
     let first = h.visitor();
@@ -112,8 +97,8 @@ async fn a_notice_reaches_every_instance_within_a_refresh_and_survives_a_restart
     let queued = queue_one(&a).await;
     assert!(a.status(&queued).await.get("notice").is_none(), "none yet");
 
-    patch_ok(
-        &a,
+    a.patch_room_ok(
+        "shop",
         json!({"notice": {"text": "Restock at 18:00", "level": "warning"}}),
     )
     .await;
@@ -156,7 +141,7 @@ async fn a_notice_reaches_every_instance_within_a_refresh_and_survives_a_restart
     assert_eq!(admin["notice"]["level"], "warning");
 
     // `null` clears it, here at once and for every instance.
-    patch_ok(&c, json!({"notice": null})).await;
+    c.patch_room_ok("shop", json!({"notice": null})).await;
     assert!(c.status(&queued).await.get("notice").is_none());
     let d = Harness::start_on(
         on_redis(&server),
@@ -166,8 +151,10 @@ async fn a_notice_reaches_every_instance_within_a_refresh_and_survives_a_restart
     .await;
     assert!(d.status(&queued).await.get("notice").is_none());
     // Other changes keep the notice: only `notice` touches it.
-    patch_ok(&c, json!({"notice": {"text": "Back soon"}})).await;
-    patch_ok(&c, json!({"new_users_per_minute": 30})).await;
+    c.patch_room_ok("shop", json!({"notice": {"text": "Back soon"}}))
+        .await;
+    c.patch_room_ok("shop", json!({"new_users_per_minute": 30}))
+        .await;
     assert_eq!(c.status(&queued).await["notice"]["text"], "Back soon");
 }
 
@@ -176,8 +163,8 @@ async fn a_notice_speaks_the_visitors_language_and_expires_on_the_clock() {
     let h = Harness::start(small).await;
     let queued = queue_one(&h).await;
     let expires = support::T0 / 1000 + 60;
-    patch_ok(
-        &h,
+    h.patch_room_ok(
+        "shop",
         json!({"notice": {
             "text": "Sizes are limited",
             "texts": {"de": "Größen sind begrenzt", "FR": "Tailles limitées"},
@@ -226,8 +213,8 @@ async fn a_notice_speaks_the_visitors_language_and_expires_on_the_clock() {
         .await
         .unwrap();
     assert!(!page.contains("Sizes are limited"));
-    patch_ok(
-        &h,
+    h.patch_room_ok(
+        "shop",
         json!({"notice": {"text": "Later", "expires": "2027-01-15T09:00:00Z"}}),
     )
     .await;
@@ -242,7 +229,8 @@ async fn an_attackers_notice_text_is_shown_as_text() {
     let h = Harness::start(small).await;
     let queued = queue_one(&h).await;
     let evil = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'";
-    patch_ok(&h, json!({"notice": {"text": evil}})).await;
+    h.patch_room_ok("shop", json!({"notice": {"text": evil}}))
+        .await;
     for accept in ["text/html", "application/json"] {
         let body = queued
             .get(h.url("/"))
@@ -266,7 +254,7 @@ async fn an_attackers_notice_text_is_shown_as_text() {
         }
     }
     // The sold-out page shows it, escaped too.
-    patch_ok(&h, json!({"state": "closed"})).await;
+    h.patch_room_ok("shop", json!({"state": "closed"})).await;
     let (code, _, page) = h.page("/", &[]).await;
     assert_eq!(code, 503);
     assert!(page.contains("&lt;script&gt;alert(1)"), "{page}");
@@ -311,12 +299,14 @@ async fn bad_notices_are_refused_with_the_field_named() {
             "notice.expires: expected Unix seconds or an RFC 3339 time, got -5",
         ),
     ] {
-        let resp = patch(&h, body.clone()).await;
+        let resp = h.patch_room("shop", body.clone()).await;
         assert_eq!(resp.status(), 400, "{body}");
         let e: Value = resp.json().await.unwrap();
         assert_eq!(e["error"], message, "{body}");
     }
-    let resp = patch(&h, json!({"notice": {"text": "ok", "level": "panic"}})).await;
+    let resp = h
+        .patch_room("shop", json!({"notice": {"text": "ok", "level": "panic"}}))
+        .await;
     assert_eq!(resp.status(), 400);
     let e: Value = resp.json().await.unwrap();
     assert!(
@@ -365,9 +355,10 @@ async fn an_event_shows_its_notice_while_in_force_unless_the_operator_has_one() 
         h.status(&queued).await["notice"]["text"],
         "Two per customer"
     );
-    patch_ok(&h, json!({"notice": {"text": "Payment is slow"}})).await;
+    h.patch_room_ok("shop", json!({"notice": {"text": "Payment is slow"}}))
+        .await;
     assert_eq!(h.status(&queued).await["notice"]["text"], "Payment is slow");
-    patch_ok(&h, json!({"notice": null})).await;
+    h.patch_room_ok("shop", json!({"notice": null})).await;
     assert_eq!(
         h.status(&queued).await["notice"]["text"],
         "Two per customer"
@@ -431,8 +422,8 @@ async fn previews_render_every_page_with_the_notice_and_write_nothing() {
     let server = redis().await;
     let h = Harness::start(on_redis(&server)).await;
     let _queued = queue_one(&h).await;
-    patch_ok(
-        &h,
+    h.patch_room_ok(
+        "shop",
         json!({"notice": {"text": "Restock <soon>", "texts": {"de": "Nachschub <bald>"}}}),
     )
     .await;

@@ -36,33 +36,6 @@ fn on_redis(server: &RedisServer) -> impl Fn(&mut Config) + '_ {
     }
 }
 
-async fn patch(h: &Harness, body: Value) -> reqwest::Response {
-    h.bare()
-        .patch(h.admin_url("/api/rooms/shop"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn patch_ok(h: &Harness, body: Value) {
-    let resp = patch(h, body).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-}
-
-async fn room_json(h: &Harness) -> Value {
-    h.bare()
-        .get(h.admin_url("/api/rooms/shop"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Waits (polling, bounded: two refreshes) until `done` holds.
 async fn until<F: std::future::Future<Output = bool>>(done: impl Fn() -> F) {
     let started = Instant::now();
@@ -118,7 +91,7 @@ async fn the_origins_stock_caps_the_room_and_never_reaches_the_visitor() {
     let arrived = echo["headers"].as_object().unwrap();
     assert!(arrived.keys().all(|k| !k.contains("stock")), "{arrived:?}");
     assert_eq!(h.policy().total_active_users, 3);
-    assert_eq!(room_json(&h).await["stock"], 3);
+    assert_eq!(h.room_json("shop").await["stock"], 3);
     // The gauge follows at the next refresh of the room's figures.
     until(|| async {
         h.metrics()
@@ -147,7 +120,7 @@ async fn the_origins_stock_caps_the_room_and_never_reaches_the_visitor() {
     // Restock: up, but never past the configured limit.
     first.get(h.url("/stock?v=50")).send().await.unwrap();
     assert_eq!(h.policy().total_active_users, 10);
-    assert_eq!(room_json(&h).await["stock"], 50);
+    assert_eq!(h.room_json("shop").await["stock"], 50);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +171,8 @@ async fn stock_zero_closes_to_newcomers_and_holds_the_queue_while_sessions_finis
     assert!(!passed, "a newcomer is not let in");
     assert_eq!(h.status(&late).await["state"], "queued");
     // ...even with places to spare: the queue stays put.
-    patch_ok(&h, json!({"total_active_users": 5})).await;
+    h.patch_room_ok("shop", json!({"total_active_users": 5}))
+        .await;
     let s = h.status(&waiting).await;
     assert_eq!(s["state"], "queued", "{s}");
     assert_eq!(h.counts().await.1, 3, "nobody thrown out of the queue");
@@ -209,7 +183,7 @@ async fn stock_zero_closes_to_newcomers_and_holds_the_queue_while_sessions_finis
     ));
 
     // A restock lets the queue in, in order.
-    patch_ok(&h, json!({"stock": 5})).await;
+    h.patch_room_ok("shop", json!({"stock": 5})).await;
     assert_eq!(h.policy().state, RoomState::Open);
     assert_eq!(h.status(&waiting).await["state"], "admitted");
 }
@@ -223,11 +197,11 @@ async fn the_admin_api_sets_checks_and_clears_the_stock() {
         c.rooms[0].sessions_per_item = 1.5;
     })
     .await;
-    assert_eq!(room_json(&h).await["stock"], Value::Null);
-    patch_ok(&h, json!({"stock": 3})).await;
+    assert_eq!(h.room_json("shop").await["stock"], Value::Null);
+    h.patch_room_ok("shop", json!({"stock": 3})).await;
     // ⌈3 × 1.5⌉.
     assert_eq!(h.policy().total_active_users, 5);
-    let room = room_json(&h).await;
+    let room = h.room_json("shop").await;
     assert_eq!(
         (room["stock"].clone(), room["total_active_users"].clone()),
         (json!(3), json!(5))
@@ -239,7 +213,7 @@ async fn the_admin_api_sets_checks_and_clears_the_stock() {
         (json!("3"), "\"3\""),
         (json!(1_000_000_001u64), "1000000001"),
     ] {
-        let resp = patch(&h, json!({ "stock": bad })).await;
+        let resp = h.patch_room("shop", json!({ "stock": bad })).await;
         assert_eq!(resp.status(), 400);
         let body: Value = resp.json().await.unwrap();
         assert_eq!(
@@ -251,9 +225,9 @@ async fn the_admin_api_sets_checks_and_clears_the_stock() {
     }
     assert_eq!(h.policy().total_active_users, 5, "refusals change nothing");
 
-    patch_ok(&h, json!({"stock": null})).await;
+    h.patch_room_ok("shop", json!({"stock": null})).await;
     assert_eq!(h.policy().total_active_users, 0);
-    assert_eq!(room_json(&h).await["stock"], Value::Null);
+    assert_eq!(h.room_json("shop").await["stock"], Value::Null);
     until(|| async { !h.metrics().await.contains("waitroom_room_stock{") }).await;
 }
 
@@ -272,7 +246,7 @@ async fn a_stock_set_on_one_instance_caps_the_other_within_a_refresh() {
     for _ in 0..2 {
         assert!(newcomer(&b).await.1);
     }
-    patch_ok(&a, json!({"stock": 2})).await;
+    a.patch_room_ok("shop", json!({"stock": 2})).await;
     assert_eq!(a.policy().total_active_users, 2);
     let started = Instant::now();
     while b.policy().total_active_users != 2 {

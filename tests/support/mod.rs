@@ -121,6 +121,8 @@ pub struct Harness {
     pub daemon: Daemon,
     pub clock: ManualClock,
     pub origin: origin::Origin,
+    /// The admin API's token, when the config has one.
+    admin_token: Option<String>,
 }
 
 impl Harness {
@@ -168,7 +170,36 @@ impl Harness {
             daemon,
             clock,
             origin,
+            admin_token: cfg.server.admin_token.map(|t| t.0),
         }
+    }
+
+    /// An admin API request to `path`, with the token when there is one.
+    fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.bare().request(method, self.admin_url(path));
+        match &self.admin_token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+
+    /// `PATCH /api/rooms/{room}` with `body`, as the operator.
+    pub async fn patch_room(&self, room: &str, body: serde_json::Value) -> reqwest::Response {
+        let path = format!("/api/rooms/{room}");
+        let req = self.admin(reqwest::Method::PATCH, &path).json(&body);
+        req.send().await.unwrap()
+    }
+
+    /// The same, which must be taken (200).
+    pub async fn patch_room_ok(&self, room: &str, body: serde_json::Value) {
+        let resp = self.patch_room(room, body).await;
+        assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    }
+
+    /// `room` as the admin API shows it.
+    pub async fn room_json(&self, room: &str) -> serde_json::Value {
+        let req = self.admin(reqwest::Method::GET, &format!("/api/rooms/{room}"));
+        req.send().await.unwrap().json().await.unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {
