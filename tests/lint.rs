@@ -17,12 +17,14 @@ use waitroom::store::redis::{function_library, Layout};
 const LUA: &str = "src/store/redis/lua";
 
 /// Scripts sent as they are (`EVALSHA`, `src/store/redis/mod.rs`).
-const ALONE: [&str; 5] = [
+const ALONE: [&str; 7] = [
     "totals.lua",
     "overrides.lua",
     "set_overrides.lua",
     "note.lua",
     "epoch.lua",
+    "report_add.lua",
+    "report_read.lua",
 ];
 
 /// Every `.lua` file under `src/store/redis/lua/`, as paths from the root.

@@ -511,6 +511,31 @@ impl StoreGuard {
             .await
     }
 
+    /// Adds this instance's share of a minute to the room's report.
+    pub async fn report_add(
+        &self,
+        room: &str,
+        minute: u64,
+        add: &crate::store::ReportMinute,
+        keep_until: Millis,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.call(self.shared.report_add(room, minute, add, keep_until, now))
+            .await
+    }
+
+    /// The room's report minutes in `from..=to`.
+    pub async fn report_read(
+        &self,
+        room: &str,
+        from: u64,
+        to: u64,
+        now: Millis,
+    ) -> Result<Vec<(u64, crate::store::ReportMinute)>, StoreError> {
+        self.call(self.shared.report_read(room, from, to, now))
+            .await
+    }
+
     /// The store's periodic upkeep, and the writes it holds back per room
     /// (off the request path; skipped while the store is down).
     pub async fn upkeep(&self, rooms: &[Arc<Room>], now: Millis) {
@@ -811,6 +836,29 @@ mod tests {
     struct LateStore(MemoryStore);
 
     impl crate::store::Maintenance for LateStore {}
+
+    #[async_trait]
+    impl crate::store::Reports for LateStore {
+        async fn report_add(
+            &self,
+            room: &str,
+            minute: u64,
+            add: &crate::store::ReportMinute,
+            until: Millis,
+            now: Millis,
+        ) -> Result<(), StoreError> {
+            self.0.report_add(room, minute, add, until, now).await
+        }
+        async fn report_read(
+            &self,
+            room: &str,
+            from: u64,
+            to: u64,
+            now: Millis,
+        ) -> Result<Vec<(u64, crate::store::ReportMinute)>, StoreError> {
+            self.0.report_read(room, from, to, now).await
+        }
+    }
 
     #[async_trait]
     impl Store for LateStore {

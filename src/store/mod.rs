@@ -54,6 +54,7 @@ pub use crate::domain::{
     VisitorId, MAX_LANES, MIN_CHECK_IN_MS,
 };
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -370,10 +371,71 @@ pub trait Maintenance: Send + Sync {
     async fn flush(&self, _room: &RoomPolicy, _now_ms: Millis) {}
 }
 
+/// One minute of a room's report as a store keeps it (`telemetry::report`
+/// names the fields): counts every instance adds to and peaks every
+/// instance raises. Names are `[a-z0-9_]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportMinute {
+    /// Added up across instances.
+    pub sums: BTreeMap<String, u64>,
+    /// The highest any instance gave.
+    pub peaks: BTreeMap<String, u64>,
+}
+
+impl ReportMinute {
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty() && self.peaks.is_empty()
+    }
+
+    /// Folds `other` in: sums added, peaks raised.
+    pub fn merge(&mut self, other: &ReportMinute) {
+        for (name, n) in &other.sums {
+            let sum = self.sums.entry(name.clone()).or_default();
+            *sum = sum.saturating_add(*n);
+        }
+        for (name, n) in &other.peaks {
+            let peak = self.peaks.entry(name.clone()).or_default();
+            *peak = (*peak).max(*n);
+        }
+    }
+}
+
+/// Most minutes one [`Reports::report_read`] answers: 31 days.
+pub const REPORT_MAX_MINUTES: u64 = 31 * 24 * 60;
+
+/// The rooms' reports, minute by minute, kept in the shared store for the
+/// operator's retention so every instance adds to one account.
+#[async_trait]
+pub trait Reports: Send + Sync {
+    /// Adds one instance's share to minute `minute` (minutes since the Unix
+    /// epoch) of the room's report: its sums added, its peaks raised to.
+    /// The minute is kept until `keep_until_ms` (never shortened), in the
+    /// caller's clock; a store may drop it up to an hour after that.
+    async fn report_add(
+        &self,
+        room: &str,
+        minute: u64,
+        add: &ReportMinute,
+        keep_until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<(), StoreError>;
+
+    /// The room's minutes in `from..=to` (at most [`REPORT_MAX_MINUTES`])
+    /// that hold anything and are kept at `now_ms`, oldest first.
+    async fn report_read(
+        &self,
+        room: &str,
+        from: u64,
+        to: u64,
+        now_ms: Millis,
+    ) -> Result<Vec<(u64, ReportMinute)>, StoreError>;
+}
+
 /// All shared room state: every decision is one atomic call. The memory and
 /// Redis stores implement it, and the conformance suite checks both.
 #[async_trait]
-pub trait Store: Maintenance + Send + Sync + 'static {
+pub trait Store: Maintenance + Reports + Send + Sync + 'static {
     /// A visitor without a valid ticket arrives in `lane` (0: the general
     /// queue; a priority lane `1..=room.lanes.count`): admit, enqueue at
     /// the back of its lane, or reject, in one atomic step. A visitor the

@@ -484,6 +484,8 @@ pub struct ModelStore {
     overrides: Mutex<HashMap<String, RoomOverrides>>,
     /// (room, set) -> member -> until.
     notes: Mutex<HashMap<(String, String), BTreeMap<u64, Millis>>>,
+    /// Every report addition as given: (room, minute, what, until).
+    report_adds: Mutex<Vec<(String, u64, super::ReportMinute, Millis)>>,
 }
 
 impl ModelStore {
@@ -528,6 +530,69 @@ impl ModelStore {
 }
 
 impl super::Maintenance for ModelStore {}
+
+/// Reports as the list of what was added: a minute is the fold of its
+/// additions, kept until the latest `until` among them; an addition to a
+/// minute that had lapsed starts it over.
+#[async_trait]
+impl super::Reports for ModelStore {
+    async fn report_add(
+        &self,
+        room: &str,
+        minute: u64,
+        add: &super::ReportMinute,
+        keep_until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<(), StoreError> {
+        let mut adds = self
+            .report_adds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let lapsed: Vec<(String, u64)> = adds
+            .iter()
+            .map(|(r, m, _, _)| (r.clone(), *m))
+            .filter(|(r, m)| minute_until(&adds, r, *m) <= now_ms)
+            .collect();
+        adds.retain(|(r, m, _, _)| !lapsed.contains(&(r.clone(), *m)));
+        adds.push((room.to_owned(), minute, add.clone(), keep_until_ms));
+        Ok(())
+    }
+
+    async fn report_read(
+        &self,
+        room: &str,
+        from: u64,
+        to: u64,
+        now_ms: Millis,
+    ) -> Result<Vec<(u64, super::ReportMinute)>, StoreError> {
+        let to = to.min(from.saturating_add(super::REPORT_MAX_MINUTES - 1));
+        let adds = self
+            .report_adds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut out: BTreeMap<u64, super::ReportMinute> = BTreeMap::new();
+        for (r, m, add, _) in adds.iter() {
+            if r == room && (from..=to).contains(m) && minute_until(&adds, r, *m) > now_ms {
+                out.entry(*m).or_default().merge(add);
+            }
+        }
+        out.retain(|_, m| !m.is_empty());
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// How long a minute is kept: the latest `until` of its additions.
+fn minute_until(
+    adds: &[(String, u64, super::ReportMinute, Millis)],
+    room: &str,
+    minute: u64,
+) -> Millis {
+    adds.iter()
+        .filter(|(r, m, _, _)| r == room && *m == minute)
+        .map(|(_, _, _, until)| *until)
+        .max()
+        .unwrap_or(0)
+}
 
 #[async_trait]
 impl Store for ModelStore {

@@ -21,8 +21,8 @@ use rand::{Rng, SeedableRng};
 use waitroom::clock::Millis;
 use waitroom::store::{
     Arrival, End, EventSpec, EventStart, Lanes, QueuePlace, QueueingMethod, RejectReason,
-    RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Settings, SharedStore, Verdict,
-    VisitorId,
+    ReportMinute, Reports, RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals, Settings,
+    SharedStore, Verdict, VisitorId,
 };
 
 /// Drops a visitor's queue entry behind the store's back, as a store that
@@ -97,6 +97,8 @@ macro_rules! store_conformance {
             a_lane_with_all_the_share_goes_first,
             a_presale_window_lets_only_the_lanes_in,
             an_unseen_member_is_found_by_id_when_it_comes_again,
+            report_minutes_add_up_keep_peaks_and_lapse,
+            reports_match_the_model_on_generated_sequences,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -2143,6 +2145,130 @@ pub async fn an_unseen_member_is_found_by_id_when_it_comes_again(h: &Harness) {
                 back.seq, place.seq,
                 "lane {lane}, arriving again in {again}"
             );
+        }
+    }
+}
+
+fn report_minute(sums: &[(&str, u64)], peaks: &[(&str, u64)]) -> ReportMinute {
+    ReportMinute {
+        sums: sums.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        peaks: peaks.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+    }
+}
+
+/// Reports: two instances' shares of a minute add up (sums) and take the
+/// highest (peaks); minutes are read by range across hours, per room; a
+/// minute lapses at its `keep_until` on the caller's clock and starts
+/// over when written again.
+pub async fn report_minutes_add_up_keep_peaks_and_lapse(h: &Harness) {
+    let s = &h.store;
+    let room = format!("c-report-{:08x}", rand::random::<u32>());
+    let m0 = T0 / MINUTE;
+    let keep = T0 + 7 * 24 * 60 * MINUTE;
+    let a = report_minute(&[("admitted", 3), ("w12", 2)], &[("queue_peak", 40)]);
+    let b = report_minute(
+        &[("admitted", 4), ("revoked", 1)],
+        &[("queue_peak", 25), ("active_peak", 9)],
+    );
+    s.report_add(&room, m0, &a, keep, T0).await.unwrap();
+    s.report_add(&room, m0, &b, keep, T0).await.unwrap();
+    // Minute 59 and 61 lie in another hour than m0 (T0 is on the hour).
+    assert_eq!(T0 % (60 * MINUTE), 0);
+    s.report_add(&room, m0 + 61, &a, keep, T0).await.unwrap();
+    s.report_add("c-report-other", m0, &b, keep, T0)
+        .await
+        .unwrap();
+    let got = s.report_read(&room, m0, m0 + 120, T0).await.unwrap();
+    let want_m0 = report_minute(
+        &[("admitted", 7), ("w12", 2), ("revoked", 1)],
+        &[("queue_peak", 40), ("active_peak", 9)],
+    );
+    assert_eq!(got, vec![(m0, want_m0.clone()), (m0 + 61, a.clone())]);
+    // A range is inclusive at both ends and may cover nothing.
+    assert_eq!(
+        s.report_read(&room, m0 + 1, m0 + 60, T0).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        s.report_read(&room, m0 + 61, m0 + 61, T0).await.unwrap(),
+        vec![(m0 + 61, a.clone())]
+    );
+    assert_eq!(s.report_read(&room, m0 + 5, m0, T0).await.unwrap(), vec![]);
+    assert_eq!(
+        s.report_read("c-report-none", m0, m0 + 5, T0)
+            .await
+            .unwrap(),
+        vec![]
+    );
+    // A later, longer keep extends the minute; a shorter one never cuts it.
+    s.report_add(&room, m0 + 61, &a, T0 + 10 * MINUTE, T0)
+        .await
+        .unwrap();
+    let later = keep - 1;
+    assert_eq!(
+        s.report_read(&room, m0, m0 + 61, later)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // At its keep the minute is gone, and written again it starts over.
+    assert_eq!(
+        s.report_read(&room, m0, m0 + 61, keep).await.unwrap(),
+        vec![]
+    );
+    s.report_add(&room, m0, &a, keep + 60 * MINUTE, keep)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.report_read(&room, m0, m0 + 61, keep).await.unwrap(),
+        vec![(m0, a.clone())]
+    );
+}
+
+/// Reports against the reference model: generated sequences of additions
+/// (several minutes, hours apart or not, keeps that lapse while the clock
+/// moves) and reads of random ranges answer what the model answers.
+pub async fn reports_match_the_model_on_generated_sequences(h: &Harness) {
+    let names = ["admitted", "queued", "w3", "w40"];
+    let peak_names = ["queue_peak", "active_peak"];
+    for seed in 0..6u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let room = format!("c-report-gen-{seed}-{:08x}", rand::random::<u32>());
+        let model = waitroom::store::model::ModelStore::new();
+        let m0 = T0 / MINUTE - 30;
+        let mut now = T0;
+        for _ in 0..60 {
+            now += rng.gen_range(0..3 * MINUTE);
+            if rng.gen_bool(0.7) {
+                let minute = m0 + rng.gen_range(0..150);
+                let mut add = ReportMinute::default();
+                for n in names {
+                    if rng.gen_bool(0.5) {
+                        add.sums.insert(n.to_string(), rng.gen_range(0..1000));
+                    }
+                }
+                for n in peak_names {
+                    if rng.gen_bool(0.5) {
+                        add.peaks.insert(n.to_string(), rng.gen_range(0..1000));
+                    }
+                }
+                let keep = now + rng.gen_range(1..40) * MINUTE;
+                h.store
+                    .report_add(&room, minute, &add, keep, now)
+                    .await
+                    .unwrap();
+                model
+                    .report_add(&room, minute, &add, keep, now)
+                    .await
+                    .unwrap();
+            } else {
+                let from = m0 + rng.gen_range(0..160);
+                let to = from + rng.gen_range(0..90);
+                let got = h.store.report_read(&room, from, to, now).await.unwrap();
+                let want = model.report_read(&room, from, to, now).await.unwrap();
+                assert_eq!(got, want, "seed {seed}, {from}..={to} at {now}");
+            }
         }
     }
 }

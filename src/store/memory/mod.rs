@@ -33,6 +33,7 @@
 
 mod notes;
 mod queue;
+mod reports;
 mod sessions;
 
 use std::collections::HashMap;
@@ -43,8 +44,8 @@ use rand::Rng;
 
 use super::{
     lane_index, next_seq, Arrival, End, EventStart, LaneTurns, Maintenance, Noted, QueuePlace,
-    QueueingMethod, RejectReason, RoomOverrides, RoomPolicy, RoomState, RoomStats, RoomTotals,
-    Store, StoreError, Verdict, VisitorId, MAX_LANES,
+    QueueingMethod, RejectReason, ReportMinute, Reports, RoomOverrides, RoomPolicy, RoomState,
+    RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, MAX_LANES,
 };
 use crate::clock::Millis;
 use queue::{Idx, Queue};
@@ -88,6 +89,8 @@ pub struct MemoryStore {
     overrides: Mutex<HashMap<String, RoomOverrides>>,
     /// [`Store::note`]'s sets.
     notes: Mutex<notes::Notes>,
+    /// [`Reports`]' minutes.
+    reports: Mutex<reports::Book>,
 }
 
 impl MemoryStore {
@@ -314,6 +317,39 @@ impl Store for MemoryStore {
             None => all.remove(room),
         };
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Reports for MemoryStore {
+    async fn report_add(
+        &self,
+        room: &str,
+        minute: u64,
+        add: &ReportMinute,
+        keep_until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<(), StoreError> {
+        self.reports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(room, minute, add, keep_until_ms, now_ms);
+        Ok(())
+    }
+
+    async fn report_read(
+        &self,
+        room: &str,
+        from: u64,
+        to: u64,
+        now_ms: Millis,
+    ) -> Result<Vec<(u64, ReportMinute)>, StoreError> {
+        let to = to.min(from.saturating_add(super::REPORT_MAX_MINUTES - 1));
+        Ok(self
+            .reports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .read(room, from, to, now_ms))
     }
 }
 

@@ -41,6 +41,12 @@ pub fn note(room: &str, set: &str) -> String {
     room_key(room, &format!("note:{set}"))
 }
 
+/// Hour `hour` (hours since the Unix epoch) of the room's report: its
+/// minutes' fields (`lua/report_add.lua`).
+pub fn report(room: &str, hour: u64) -> String {
+    room_key(room, &format!("report:{hour}"))
+}
+
 /// The operator's runtime changes, kept apart from the room's state:
 /// `reset` leaves it alone and it has no TTL.
 pub fn overrides(room: &str) -> String {

@@ -63,8 +63,8 @@ use async_trait::async_trait;
 use redis::{Script, Value};
 
 use super::{
-    Arrival, End, EventStart, Maintenance, Millis, Noted, RoomOverrides, RoomPolicy, RoomStats,
-    RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
+    Arrival, End, EventStart, Maintenance, Millis, Noted, ReportMinute, Reports, RoomOverrides,
+    RoomPolicy, RoomStats, RoomTotals, Store, StoreError, Verdict, VisitorId, RATE_WINDOW_MS,
 };
 use arrivals::Arrivals;
 use calls::Call;
@@ -87,6 +87,8 @@ struct Scripts {
     set_overrides: Script,
     note: Script,
     epoch: Script,
+    report_add: Script,
+    report_read: Script,
 }
 
 impl Scripts {
@@ -97,6 +99,8 @@ impl Scripts {
             set_overrides: Script::new(include_str!("lua/set_overrides.lua")),
             note: Script::new(include_str!("lua/note.lua")),
             epoch: Script::new(include_str!("lua/epoch.lua")),
+            report_add: Script::new(include_str!("lua/report_add.lua")),
+            report_read: Script::new(include_str!("lua/report_read.lua")),
         }
     }
 }
@@ -424,6 +428,79 @@ impl Store for RedisStore {
             inv.arg(json).arg(o.revision);
         }
         self.inner.run_writing(&inv).await.map(|_| ())
+    }
+}
+
+/// Hours read by one `report_read.lua` call: a day.
+const REPORT_HOURS_PER_CALL: u64 = 24;
+
+#[async_trait]
+impl Reports for RedisStore {
+    async fn report_add(
+        &self,
+        room: &str,
+        minute: u64,
+        add: &ReportMinute,
+        keep_until_ms: Millis,
+        now_ms: Millis,
+    ) -> Result<(), StoreError> {
+        let mut inv = self.inner.scripts.report_add.prepare_invoke();
+        inv.key(keys::report(room, minute / 60))
+            .arg(now_ms)
+            .arg(minute % 60)
+            .arg(keep_until_ms)
+            .arg(add.sums.len());
+        // HINCRBY takes signed 64-bit numbers.
+        let value = |n: u64| n.min(i64::MAX as u64);
+        for (name, n) in &add.sums {
+            inv.arg(name.as_str()).arg(value(*n));
+        }
+        for (name, n) in &add.peaks {
+            inv.arg(name.as_str()).arg(value(*n));
+        }
+        self.inner.run_writing(&inv).await.map(|_| ())
+    }
+
+    async fn report_read(
+        &self,
+        room: &str,
+        from: u64,
+        to: u64,
+        now_ms: Millis,
+    ) -> Result<Vec<(u64, ReportMinute)>, StoreError> {
+        let to = to.min(from.saturating_add(super::REPORT_MAX_MINUTES - 1));
+        let mut out = Vec::new();
+        if from > to {
+            return Ok(out);
+        }
+        let (first, last) = (from / 60, to / 60);
+        let mut hour = first;
+        while hour <= last {
+            let end = last.min(hour + REPORT_HOURS_PER_CALL - 1);
+            let mut inv = self.inner.scripts.report_read.prepare_invoke();
+            for h in hour..=end {
+                inv.key(keys::report(room, h));
+            }
+            let reply = self.inner.run(&inv).await?;
+            let Value::Array(hours) = &reply else {
+                return Err(protocol("report_read", &reply));
+            };
+            if hours.len() as u64 != end - hour + 1 {
+                return Err(protocol("report_read", &reply));
+            }
+            for (h, fields) in (hour..=end).zip(hours) {
+                let minutes = wire::report_hour(fields, now_ms)
+                    .ok_or_else(|| protocol("report_read", &reply))?;
+                out.extend(
+                    minutes
+                        .into_iter()
+                        .map(|(m, minute)| (h * 60 + m, minute))
+                        .filter(|(m, _)| (from..=to).contains(m)),
+                );
+            }
+            hour = end + 1;
+        }
+        Ok(out)
     }
 }
 

@@ -461,6 +461,52 @@ pub(super) fn as_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// One hour of a room's report (`lua/report_add.lua`'s fields, as a flat
+/// field/value list): its minutes (0..59) that hold anything and are kept
+/// past `now`. `None` for a list it cannot read.
+pub(super) fn report_hour(
+    fields: &Value,
+    now: Millis,
+) -> Option<Vec<(u64, crate::store::ReportMinute)>> {
+    let Value::Array(items) = fields else {
+        return None;
+    };
+    if items.len() % 2 != 0 {
+        return None;
+    }
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut minutes: std::collections::BTreeMap<u64, (Millis, crate::store::ReportMinute)> =
+        std::collections::BTreeMap::new();
+    for pair in items.chunks(2) {
+        let field = text(&pair[0])?;
+        let value: u64 = text(&pair[1])?.parse().ok()?;
+        let (minute, rest) = field.split_once(':')?;
+        let minute: u64 = minute.parse().ok()?;
+        let entry = minutes.entry(minute).or_default();
+        match rest.split_once(':') {
+            None if rest == "k" => entry.0 = value,
+            Some(("s", name)) => {
+                entry.1.sums.insert(name.to_owned(), value);
+            }
+            Some(("p", name)) => {
+                entry.1.peaks.insert(name.to_owned(), value);
+            }
+            _ => return None,
+        }
+    }
+    Some(
+        minutes
+            .into_iter()
+            .filter(|(_, (until, minute))| *until > now && !minute.is_empty())
+            .map(|(m, (_, minute))| (m, minute))
+            .collect(),
+    )
+}
+
 /// A flat array of non-negative integers of exactly `N` elements.
 pub(super) fn ints<const N: usize>(what: &str, v: &Value) -> Result<[u64; N], StoreError> {
     let Value::Array(items) = v else {
