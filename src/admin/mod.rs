@@ -14,6 +14,8 @@
 //! the admin listener's own origin; bodies must be JSON, which a plain HTML
 //! form cannot send. Runtime changes are held to the config file's bounds.
 
+mod report;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -251,6 +253,17 @@ impl Admin {
             (&Method::GET, ["api", "rooms", id, "preview"]) => {
                 let room = self.room(id)?;
                 self.preview(&room, req.uri().query(), req.headers())
+            }
+            (&Method::GET, ["api", "rooms", id, "report"]) => {
+                let room = self.room(id)?;
+                self.report(&room, req.uri().query(), req.headers(), None)
+                    .await
+            }
+            (&Method::GET, ["api", "rooms", id, "events", name, "report"]) => {
+                let room = self.room(id)?;
+                let window = self.event_window(&room, name)?;
+                self.report(&room, req.uri().query(), req.headers(), Some(window))
+                    .await
             }
             (&Method::GET, ["api", "rooms", id, "events"]) => {
                 let room = self.room(id)?;

@@ -41,6 +41,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[cookie]`: the ticket cookie's keys and flags.
     pub cookie: CookieConfig,
+    /// `[reports]`: how long the rooms' reports are kept.
+    pub reports: ReportsConfig,
     /// `[origin]`: the protected site and how it is reached.
     pub origin: OriginConfig,
     /// `[[room]]`, in the order configured; a request goes to the one whose
@@ -51,6 +53,13 @@ pub struct Config {
     pub region: Option<RegionConfig>,
     /// The TLS listener (`[tls]`), if any.
     pub tls: Option<TlsConfig>,
+}
+
+/// `[reports]`: the rooms' reports, kept in the store (docs/operating.md, "Reports").
+#[derive(Clone, Copy, Debug)]
+pub struct ReportsConfig {
+    /// How long a report's minutes are kept (1 h to 365 d; 30 d by default).
+    pub retention: Duration,
 }
 
 /// `[region]`: this instance's region and the global store.

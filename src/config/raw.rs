@@ -20,12 +20,20 @@ pub(super) struct RawConfig {
     pub(super) store: RawStore,
     #[serde(default)]
     pub(super) cookie: RawCookie,
+    /// How long reports are kept; absent: the default.
+    pub(super) reports: Option<RawReports>,
     pub(super) origin: RawOrigin,
     #[serde(default)]
     pub(super) room: Vec<RawRoom>,
     /// Region mode (docs/regions.md); absent: the central mode.
     pub(super) region: Option<RawRegion>,
     pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReports {
+    pub(super) retention: Option<RawDuration>,
 }
 
 #[derive(Deserialize)]

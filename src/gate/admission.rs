@@ -342,11 +342,16 @@ impl Admission {
                     .check_in(room, visitor, session_expires_ms, now)
                     .await
                 {
-                    Ok(Some(expires)) => Ok(Decision::Forward(Admitted {
-                        visitor,
-                        session_expires_ms: expires,
-                        ticket: Some(self.tickets.admitted(room, visitor, expires, now, ctx.net)),
-                    })),
+                    Ok(Some(expires)) => {
+                        room.metrics.time_on_origin.seen(visitor, now);
+                        Ok(Decision::Forward(Admitted {
+                            visitor,
+                            session_expires_ms: expires,
+                            ticket: Some(
+                                self.tickets.admitted(room, visitor, expires, now, ctx.net),
+                            ),
+                        }))
+                    }
                     // Revoked, released or expired in the store: a new visitor.
                     Ok(None) => self.new_visitor(room, req, ctx).await,
                     // The ticket is valid; an unreachable store is no reason
@@ -454,6 +459,7 @@ impl Admission {
         if matches!(verdict, Verdict::Admitted { .. }) {
             room.metrics.admitted.inc();
             room.metrics.queue_wait.admitted(seq, ctx.now);
+            room.metrics.time_on_origin.admitted(visitor, ctx.now);
             if let Some(m) = usize::from(lane)
                 .checked_sub(1)
                 .and_then(|i| room.metrics.lanes.get(i))
@@ -523,7 +529,10 @@ impl Admission {
                     Err(e) => return Err(self.give_back(room, spent(code), e, ctx).await),
                 };
                 match verdict {
-                    Verdict::Admitted { .. } => room.metrics.admitted.inc(),
+                    Verdict::Admitted { .. } => {
+                        room.metrics.time_on_origin.admitted(visitor, ctx.now);
+                        room.metrics.admitted.inc()
+                    }
                     Verdict::Queued(_) => {
                         room.set_queueing(true);
                         room.metrics.queued.inc()
@@ -561,7 +570,10 @@ impl Admission {
             self.give_back_unused(room, spent, ctx).await;
         }
         match verdict {
-            Verdict::Admitted { .. } => room.metrics.admitted.inc(),
+            Verdict::Admitted { .. } => {
+                room.metrics.time_on_origin.admitted(visitor, ctx.now);
+                room.metrics.admitted.inc()
+            }
             // The room just began to queue: this visitor gets no place
             // without the proof of work, like everyone after it (but for
             // a lane's, whose code vouched for it and is spent).

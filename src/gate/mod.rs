@@ -197,6 +197,7 @@ impl Gate {
             store: store.clone(),
             clock: clock.clone(),
             telemetry: telemetry.clone(),
+            report_retention: config.reports.retention,
         };
         Ok(Self {
             rooms: Rooms::new(rooms),

@@ -29,6 +29,8 @@ pub struct Operator {
     pub(super) store: Arc<StoreGuard>,
     pub(super) clock: SharedClock,
     pub(super) telemetry: Arc<Telemetry>,
+    /// How long report minutes are kept (`[reports] retention`).
+    pub(super) report_retention: std::time::Duration,
 }
 
 impl Operator {
@@ -112,9 +114,47 @@ impl Operator {
         now: Millis,
     ) -> Result<bool, StoreError> {
         room.ended(visitor, now);
+        room.metrics.time_on_origin.ended(visitor, now);
         let ended = self.store.end_session(room, visitor, expires, now).await?;
         room.metrics.revoked.inc();
         Ok(ended)
+    }
+
+    /// The room's report over the minutes from `from_ms` to `to_ms`, what
+    /// this instance tallied so far included.
+    pub async fn report(
+        &self,
+        room: &Room,
+        from_ms: Millis,
+        to_ms: Millis,
+    ) -> Result<crate::telemetry::report::RoomReport, StoreError> {
+        let now = self.clock.now_ms();
+        let seen = match self.store.stats(room, now).await {
+            Ok(stats) => Some(crate::telemetry::report::Observed {
+                active: stats.active,
+                queued: stats.queued,
+                limit: room.policy_at(now).total_active_users,
+                totals: self.store.totals(room).await.ok(),
+                idle_ms: room.policy_at(now).session_duration_ms,
+            }),
+            Err(_) => None,
+        };
+        let mine = self
+            .telemetry
+            .tally_now(&room.config.id, &room.metrics, seen, now);
+        self.write_report(room, mine, now).await;
+        let (from, to) = (from_ms / 60_000, to_ms / 60_000);
+        // An hour before the window gives the store's totals a baseline.
+        let minutes = self
+            .store
+            .report_read(&room.config.id, from.saturating_sub(60), to, now)
+            .await?;
+        Ok(crate::telemetry::report::build(
+            &room.config.id,
+            from,
+            to,
+            &minutes,
+        ))
     }
 
     /// Ends a visitor's session, or removes its queue place, by its id
@@ -122,6 +162,7 @@ impl Operator {
     pub async fn release(&self, room: &Room, visitor: VisitorId) -> Result<bool, StoreError> {
         let now = self.clock.now_ms();
         room.ended(visitor, now);
+        room.metrics.time_on_origin.ended(visitor, now);
         let released = self.store.release(room, visitor, now).await?;
         if released {
             room.metrics.revoked.inc();

@@ -11,6 +11,7 @@ use super::guard::StoreGuard;
 use super::operator::Operator;
 use super::{Room, Rooms};
 use crate::clock::Millis;
+use crate::store::ReportMinute;
 
 impl Operator {
     /// Reads every room's live figures: folds them into its ETA rate and
@@ -54,6 +55,17 @@ impl Operator {
                     totals,
                 },
             );
+            let seen = crate::telemetry::report::Observed {
+                active: stats.active,
+                queued: stats.queued,
+                limit: policy.total_active_users,
+                totals,
+                idle_ms: policy.session_duration_ms,
+            };
+            let due = self
+                .telemetry
+                .tally(&room.config.id, &room.metrics, seen, now);
+            self.write_report(room, due, now).await;
             self.telemetry.history.record(
                 &room.config.id,
                 crate::telemetry::history::Sample {
@@ -65,6 +77,31 @@ impl Operator {
                     eta_seconds,
                 },
             );
+        }
+    }
+
+    /// Adds this instance's share of the room's report to the store; what
+    /// the store does not take is held for the next time.
+    pub(super) async fn write_report(
+        &self,
+        room: &Room,
+        due: Vec<(u64, ReportMinute)>,
+        now: Millis,
+    ) {
+        let keep_until = now.saturating_add(self.report_retention.as_millis() as Millis);
+        let mut due = due.into_iter();
+        while let Some((minute, add)) = due.next() {
+            let written = self
+                .store
+                .report_add(&room.config.id, minute, &add, keep_until, now)
+                .await;
+            if let Err(e) = written {
+                tracing::debug!(room = %room.config.id, error = %e, "report not written yet");
+                let mut held = vec![(minute, add)];
+                held.extend(due);
+                self.telemetry.untallied(&room.config.id, held);
+                return;
+            }
         }
     }
 

@@ -401,8 +401,9 @@ impl ReportMinute {
     }
 }
 
-/// Most minutes one [`Reports::report_read`] answers: 31 days.
-pub const REPORT_MAX_MINUTES: u64 = 31 * 24 * 60;
+/// Most minutes one [`Reports::report_read`] answers: 31 days and the
+/// hour before them (a report's baseline).
+pub const REPORT_MAX_MINUTES: u64 = 31 * 24 * 60 + 60;
 
 /// The rooms' reports, minute by minute, kept in the shared store for the
 /// operator's retention so every instance adds to one account.

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use super::dwell::TimeOnOrigin;
 use super::exposition::{self, Format};
 use super::wait::{QueueWait, WaitHour, WaitSummary, PROMETHEUS_BUCKETS};
 
@@ -80,6 +81,8 @@ pub struct Metrics {
     queue_wait: HistogramFamily<RoomLabel>,
     /// The same waits, the last hour by minute, per room (for the dashboard).
     wait_hours: Mutex<HashMap<String, Arc<Mutex<WaitHour>>>>,
+    /// Each room's visitors' time on origin (for its report).
+    stays: Mutex<HashMap<String, TimeOnOrigin>>,
     store_errors: Counter,
     store_busy: Counter,
     store_up: Gauge,
@@ -139,6 +142,8 @@ pub struct RoomMetrics {
     pub(crate) decision_latency: Histogram,
     /// Where a queued visitor's wait is recorded when its poll is admitted.
     pub queue_wait: QueueWait,
+    /// Where an admitted visitor's stay is followed.
+    pub time_on_origin: TimeOnOrigin,
 }
 
 /// One priority lane's counts.
@@ -187,6 +192,7 @@ impl Metrics {
             decision_latency: Family::new_with_constructor(latency_histogram),
             queue_wait: Family::new_with_constructor(wait_histogram),
             wait_hours: Mutex::default(),
+            stays: Mutex::default(),
             store_errors: Counter::default(),
             store_busy: Counter::default(),
             store_up: Gauge::default(),
@@ -324,6 +330,13 @@ impl Metrics {
                     .or_default()
                     .clone(),
             },
+            time_on_origin: self
+                .stays
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(room.to_owned())
+                .or_default()
+                .clone(),
         }
     }
 

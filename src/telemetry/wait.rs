@@ -34,7 +34,7 @@ pub(crate) const PROMETHEUS_BUCKETS: [f64; 15] = [
 ];
 
 /// The bucket a wait of `ms` falls in.
-fn bucket(ms: u64) -> usize {
+pub(crate) fn bucket(ms: u64) -> usize {
     let ms = ms as f64;
     if ms < FLOOR_MS {
         return 0;
@@ -55,10 +55,35 @@ fn representative_ms(i: usize) -> f64 {
 
 /// Counts of waits by bucket.
 #[derive(Clone)]
-struct Counts([u32; BUCKETS]);
+pub(crate) struct Counts([u32; BUCKETS]);
+
+impl Default for Counts {
+    fn default() -> Self {
+        Self([0; BUCKETS])
+    }
+}
 
 impl Counts {
-    fn total(&self) -> u64 {
+    /// Adds `n` waits to bucket `i` (an `i` past the last goes in the last).
+    pub(crate) fn add_to(&mut self, i: usize, n: u32) {
+        let c = &mut self.0[i.min(BUCKETS - 1)];
+        *c = c.saturating_add(n);
+    }
+
+    /// The buckets that hold anything, and how much: what a report keeps.
+    pub(crate) fn take(&mut self) -> Vec<(usize, u32)> {
+        let out = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| (i, c))
+            .collect();
+        self.0 = [0; BUCKETS];
+        out
+    }
+
+    pub(crate) fn total(&self) -> u64 {
         self.0.iter().map(|&c| u64::from(c)).sum()
     }
 
@@ -69,7 +94,7 @@ impl Counts {
     }
 
     /// The nearest-rank `q` quantile, in seconds; `None` without data.
-    fn quantile_seconds(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_seconds(&self, q: f64) -> Option<f64> {
         let n = self.total();
         if n == 0 {
             return None;
@@ -109,6 +134,8 @@ struct Slot {
 /// ring: recording and summing cost the same however many visitors wait.
 pub(crate) struct WaitHour {
     slots: Vec<Slot>,
+    /// Waits not yet written to the room's report (`telemetry::report`).
+    pending: Counts,
 }
 
 impl Default for WaitHour {
@@ -120,6 +147,7 @@ impl Default for WaitHour {
                     counts: Counts([0; BUCKETS]),
                 })
                 .collect(),
+            pending: Counts::default(),
         }
     }
 }
@@ -159,6 +187,12 @@ impl WaitHour {
         }
         let c = &mut slot.counts.0[bucket(wait_ms)];
         *c = c.saturating_add(1);
+        self.pending.add_to(bucket(wait_ms), 1);
+    }
+
+    /// The waits recorded since the last call, by bucket.
+    pub(crate) fn take_pending(&mut self) -> Vec<(usize, u32)> {
+        self.pending.take()
     }
 
     /// The hour up to `now`: the current minute and the 59 before it.

@@ -66,6 +66,9 @@ pub fn config(origin: SocketAddr) -> Config {
             bind_to_client: false,
             max_networks_per_session: 4,
         },
+        reports: ReportsConfig {
+            retention: Duration::from_secs(30 * 24 * 3600),
+        },
         origin: OriginConfig {
             url: format!("http://{origin}").parse().unwrap(),
             timeout: Duration::from_secs(5),
@@ -181,6 +184,11 @@ impl Harness {
             Some(token) => req.bearer_auth(token),
             None => req,
         }
+    }
+
+    /// `GET path` on the admin API, as the operator.
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.admin(reqwest::Method::GET, path).send().await.unwrap()
     }
 
     /// `PATCH /api/rooms/{room}` with `body`, as the operator.

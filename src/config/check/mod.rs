@@ -7,7 +7,7 @@
 //! every section uses; `values` has the checks of an id, a path, a limit
 //! and a host that several sections make. Each section is checked in its
 //! own file: `server`, `tls`, `store` and `store_redis` (where Redis is),
-//! `region`, `cookie`, `origin`, and a room's keys in `rooms`, `challenge`
+//! `region`, `cookie`, `reports`, `origin`, and a room's keys in `rooms`, `challenge`
 //! (captcha, bot score), `bypass`, `tokens`, `lanes`, `events` and `autotune`.
 
 mod autotune;
@@ -18,6 +18,7 @@ mod events;
 mod lanes;
 mod origin;
 mod region;
+mod reports;
 mod rooms;
 mod server;
 mod store;
@@ -56,6 +57,8 @@ mod defaults {
     /// How long the store answers nothing before `fail_mode` applies.
     pub(super) const STORE_UNREACHABLE_AFTER: Duration = Duration::from_secs(1);
     pub(super) const KEYS_ENV: &str = "WAITROOM_COOKIE_KEYS";
+    /// `[reports] retention`: a month.
+    pub(super) const REPORT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
     pub(super) const ORIGIN_TIMEOUT: Duration = Duration::from_secs(30);
     pub(super) const ORIGIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     pub(super) const SESSION_DURATION: Duration = Duration::from_secs(5 * 60);
@@ -108,6 +111,7 @@ impl Checker<'_, '_> {
         let server = self.server(raw.server);
         let store = self.store(raw.store);
         let cookie = self.cookie(raw.cookie, options);
+        let reports = self.reports(raw.reports);
         let origin = self.origin(raw.origin);
         let rooms = self.rooms(raw.room, &server.reserved_prefix);
         let region = raw.region.map(|r| self.region(r, &store));
@@ -124,6 +128,7 @@ impl Checker<'_, '_> {
             server,
             store,
             cookie,
+            reports,
             origin,
             rooms,
             region,
