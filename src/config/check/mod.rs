@@ -8,7 +8,8 @@
 //! and a host that several sections make. Each section is checked in its
 //! own file: `server`, `tls`, `store` and `store_redis` (where Redis is),
 //! `region`, `cookie`, `origin`, and a room's keys in `rooms`, `challenge`
-//! (captcha, bot score), `bypass`, `tokens`, `lanes`, `events` and `autotune`.
+//! (captcha, bot score), `bypass`, `tokens`, `lanes`, `events` and `autotune`;
+//! `[[webhook]]` in `webhook`.
 
 mod autotune;
 mod bypass;
@@ -25,6 +26,7 @@ mod store_redis;
 mod tls;
 mod tokens;
 mod values;
+mod webhook;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -120,6 +122,7 @@ impl Checker<'_, '_> {
             }
         }
         let tls = raw.tls.and_then(|t| self.tls(t, &server));
+        let webhooks = self.webhooks(raw.webhook, &rooms);
         Config {
             server,
             store,
@@ -128,6 +131,7 @@ impl Checker<'_, '_> {
             rooms,
             region,
             tls,
+            webhooks,
         }
     }
 
