@@ -10,10 +10,13 @@
 //! awaits: each webhook's queue takes the happening or, full, drops it and
 //! counts the drop ([`Figures::dropped`]). One task per webhook delivers
 //! its queue in order, one delivery at a time (`deliver`); another folds
-//! and sends its batches (`batch`). The signature is `sign`'s.
+//! and sends its batches (`batch`). The signature is `sign`'s; the
+//! figures of each webhook are [`Webhooks::figures`], and Prometheus
+//! families through [`Webhooks::metrics`].
 
 mod batch;
 mod deliver;
+mod metrics;
 mod sign;
 
 use std::collections::HashMap;
@@ -29,6 +32,7 @@ use crate::clock::{Millis, SharedClock};
 use crate::secret::Secret;
 
 pub use deliver::{DELIVERY_HEADER, KIND_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+pub use metrics::Metrics;
 pub use sign::{sign, verify};
 
 /// `webhook.timeout` when left out: the longest one attempt may take.
