@@ -436,6 +436,54 @@ async fn routing_follows_events_and_rooms() {
     assert_eq!(kinds, ["state_changed", "sold_out", "test"]);
 }
 
+#[tokio::test]
+async fn a_reload_keeps_what_is_unchanged_and_every_clone_follows_it() {
+    let (a, b, c) = (
+        Receiver::start(&[], Answer::Status(200)).await,
+        Receiver::start(&[], Answer::Status(200)).await,
+        Receiver::start(&[], Answer::Status(200)).await,
+    );
+    let hooks = Webhooks::with_options(&[hook(a.url()), hook(b.url())], clock(), fast());
+    let gate = hooks.clone();
+    gate.emit(happening("1", Kind::StateChanged, "shop"));
+    until("both delivered", || {
+        hooks.figures().iter().all(|f| f.sent == 1)
+    })
+    .await;
+
+    // b now takes sold_out only; c is new.
+    let mut b_sold_out = hook(b.url());
+    b_sold_out.events = vec![Kind::SoldOut];
+    hooks.reload(&[hook(a.url()), b_sold_out, hook(c.url())]);
+    gate.emit(happening("2", Kind::StateChanged, "shop"));
+    gate.emit(happening("3", Kind::SoldOut, "shop"));
+    until("delivered", || {
+        let f = hooks.figures();
+        (f[0].sent, f[1].sent, f[2].sent) == (3, 2, 2)
+    })
+    .await;
+    let ids = |r: &Receiver| -> Vec<String> {
+        r.seen()
+            .iter()
+            .map(|s| s.header(DELIVERY_HEADER).to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&a), ["1", "2", "3"]);
+    assert_eq!(ids(&b), ["1", "3"]);
+    assert_eq!(ids(&c), ["2", "3"]);
+    let urls: Vec<String> = hooks.figures().into_iter().map(|f| f.url).collect();
+    assert_eq!(urls, [a.url(), b.url(), c.url()].map(|u| u.to_string()));
+
+    // Reloaded to none: nothing is sent, nothing is counted.
+    hooks.reload(&[]);
+    assert!(gate.is_empty());
+    gate.emit(happening("4", Kind::SoldOut, "shop"));
+    assert_eq!(gate.ping(), None);
+    assert!(gate.figures().is_empty());
+    hooks.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(ids(&a), ["1", "2", "3"]);
+}
+
 // `waitroom check` refuses a bad [[webhook]] with exit code 64, naming
 // the key and what is allowed.
 

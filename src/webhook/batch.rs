@@ -3,9 +3,9 @@
 //! that let the visitor in (or revoked it), so a batch's id names that
 //! instance and needs no claim across instances.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
-use super::{rfc3339, Common, Happening, Hook, Kind, MAX_REVOKES_PER_BATCH};
+use super::{lock, rfc3339, Common, Happening, Hook, Kind, MAX_REVOKES_PER_BATCH};
 use crate::clock::Millis;
 
 /// A room's admissions and revokes since its last batch.
@@ -25,7 +25,7 @@ impl Hook {
     }
 
     pub(super) fn add_admissions(&self, room: &str, count: u64, now: Millis) {
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = lock(&self.pending);
         // The room's entry is allocated once per batch, not per call.
         let p = match pending.get_mut(room) {
             Some(p) => p,
@@ -40,7 +40,7 @@ impl Hook {
     pub(super) fn add_revokes(&self, room: &str, visitors: &[String], now: Millis, c: &Common) {
         let mut full = Vec::new();
         {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut pending = lock(&self.pending);
             let p = match pending.get_mut(room) {
                 Some(p) => p,
                 None => pending.entry(room.to_owned()).or_default(),
@@ -62,8 +62,7 @@ impl Hook {
 
     /// Sends every room's batch to the queue (outside the lock).
     pub(super) fn flush(&self, c: &Common) {
-        let taken =
-            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let taken = std::mem::take(&mut *lock(&self.pending));
         if taken.is_empty() {
             return;
         }
@@ -111,7 +110,7 @@ pub(super) async fn run(hook: Arc<Hook>, common: Arc<Common>) {
     tick.tick().await;
     loop {
         tokio::select! {
-            _ = common.stop.cancelled() => return,
+            _ = hook.stop.cancelled() => return,
             _ = tick.tick() => hook.flush(&common),
         }
     }

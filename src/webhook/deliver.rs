@@ -87,7 +87,7 @@ pub(super) async fn run(
     loop {
         tokio::select! {
             biased;
-            _ = common.stop.cancelled() => break,
+            _ = hook.stop.cancelled() => break,
             next = rx.recv() => match next {
                 Some(h) => worker.deliver(&h).await,
                 None => return,
@@ -97,19 +97,12 @@ pub(super) async fn run(
     // From now on `emit` finds the queue closed and counts a drop.
     rx.close();
     while let Some(h) = rx.recv().await {
-        if past(&common) {
+        if hook.past() {
             Counts::add(&hook.counts.dropped, 1);
         } else {
             worker.deliver(&h).await;
         }
     }
-}
-
-fn past(common: &Common) -> bool {
-    common
-        .deadline
-        .get()
-        .is_some_and(|at| tokio::time::Instant::now() >= *at)
 }
 
 struct Worker<'a> {
@@ -130,7 +123,7 @@ impl Worker<'_> {
             }
             let outcome = tokio::select! {
                 outcome = self.attempt(h, &body) => outcome,
-                _ = self.common.past_deadline() => {
+                _ = self.hook.past_deadline() => {
                     Counts::add(&counts.dropped, 1);
                     return;
                 }
@@ -169,7 +162,7 @@ impl Worker<'_> {
             let wait = backoff(&self.common.options, attempt, retry_after);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.common.past_deadline() => {
+                _ = self.hook.past_deadline() => {
                     Counts::add(&counts.dropped, 1);
                     return;
                 }

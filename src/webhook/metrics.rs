@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -16,20 +17,18 @@ use super::{Hook, Webhooks};
 /// The webhooks' figures for a `prometheus_client` registry
 /// (`Registry::register_collector`). It holds the webhooks' counters, not
 /// the webhooks: dropping the last [`Webhooks`] still stops delivery.
+/// It follows reloads.
 #[derive(Clone)]
 pub struct Metrics {
-    hooks: Vec<Arc<Hook>>,
+    /// The webhooks in force, as a reload leaves them.
+    hooks: Arc<ArcSwap<Vec<Arc<Hook>>>>,
 }
 
 impl Webhooks {
     /// The figures as Prometheus families (see [`Metrics`]).
     pub fn metrics(&self) -> Metrics {
         Metrics {
-            hooks: self
-                .inner
-                .as_ref()
-                .map(|i| i.hooks.clone())
-                .unwrap_or_default(),
+            hooks: Arc::clone(&self.inner.hooks),
         }
     }
 }
@@ -37,17 +36,17 @@ impl Webhooks {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.hooks.iter().map(|h| &h.url))
+            .entries(self.hooks.load().iter().map(|h| h.url.clone()))
             .finish()
     }
 }
 
 impl Collector for Metrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if self.hooks.is_empty() {
+        let figures: Vec<_> = self.hooks.load().iter().map(|h| h.figures()).collect();
+        if figures.is_empty() {
             return Ok(());
         }
-        let figures: Vec<_> = self.hooks.iter().map(|h| h.figures()).collect();
         let counter = ConstCounter::new(0u64);
         let mut family = encoder.encode_descriptor(
             "webhook_deliveries",

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -133,7 +134,7 @@ impl Kind {
 
 /// `[[webhook]]`: where happenings are sent, which ones, and the limits
 /// of their delivery.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WebhookConfig {
     /// `url`: `http://` or `https://`, without user or password.
     pub url: http::Uri,
@@ -257,7 +258,8 @@ impl Default for Options {
     }
 }
 
-/// A webhook's counters, shared by its emitters and its tasks.
+/// A webhook's counters, shared by its emitters and its tasks, and kept
+/// across a reload that changes the webhook's settings but not its URL.
 #[derive(Default)]
 struct Counts {
     sent: AtomicU64,
@@ -272,17 +274,14 @@ impl Counts {
     }
 }
 
-/// What the tasks of every webhook share: the clock, the ids of batches,
-/// and the stop signal with its deadline.
+/// What every webhook's tasks share: the clock, the ids of batches and
+/// the waits.
 struct Common {
     clock: SharedClock,
     /// Random at start: batch ids name the instance that counted them.
     instance: u64,
     /// The sequence of batch (and ping) ids on this instance.
     seq: AtomicU64,
-    stop: CancellationToken,
-    /// When stopping, the end of the grace (set before `stop` fires).
-    deadline: OnceLock<tokio::time::Instant>,
     options: Options,
 }
 
@@ -293,30 +292,62 @@ impl Common {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         format!("{}:{room}:{:016x}:{seq}", kind.name(), self.instance)
     }
-
-    /// Resolves once stopping and past the grace.
-    async fn past_deadline(&self) {
-        self.stop.cancelled().await;
-        if let Some(at) = self.deadline.get() {
-            tokio::time::sleep_until(*at).await;
-        }
-    }
 }
 
 /// One configured webhook: its filter, its queue's sending end, its
-/// batches and counters.
+/// batches and counters, and the stop signal of its tasks.
 struct Hook {
     config: WebhookConfig,
     url: String,
     /// The kinds it takes, one bit each.
     kinds: u16,
     tx: mpsc::Sender<Arc<Happening>>,
-    counts: Counts,
+    counts: Arc<Counts>,
     /// Admissions and revokes not yet sent, by room.
     pending: Mutex<HashMap<String, batch::Pending>>,
+    stop: CancellationToken,
+    /// When stopping, the end of the grace (set before `stop` fires).
+    deadline: OnceLock<tokio::time::Instant>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Hook {
+    /// The webhook of `config` (with `counts`, carried over from an
+    /// earlier one to the same URL), its tasks spawned.
+    fn start(
+        config: &WebhookConfig,
+        counts: Arc<Counts>,
+        client: &deliver::HttpClient,
+        common: &Arc<Common>,
+    ) -> Arc<Hook> {
+        let (tx, rx) = mpsc::channel(config.buffer.max(1));
+        let hook = Arc::new(Hook {
+            url: config.url.to_string(),
+            kinds: config.events.iter().fold(0, |m, k| m | k.bit()),
+            config: config.clone(),
+            tx,
+            counts,
+            pending: Mutex::default(),
+            stop: CancellationToken::new(),
+            deadline: OnceLock::new(),
+            tasks: Mutex::default(),
+        });
+        let mut tasks = vec![tokio::spawn(deliver::run(
+            rx,
+            Arc::clone(&hook),
+            client.clone(),
+            Arc::clone(common),
+        ))];
+        if hook.wants_batches() {
+            tasks.push(tokio::spawn(batch::run(
+                Arc::clone(&hook),
+                Arc::clone(common),
+            )));
+        }
+        *lock(&hook.tasks) = tasks;
+        hook
+    }
+
     fn wants(&self, kind: Kind, room: &str) -> bool {
         kind == Kind::Test
             || (self.kinds & kind.bit() != 0
@@ -345,96 +376,149 @@ impl Hook {
             queued: (self.tx.max_capacity() - self.tx.capacity()) as u64,
         }
     }
+
+    /// Sends the batches to the queue, sets the deadline `grace` from
+    /// now, then tells the tasks (once).
+    fn stop(&self, common: &Common, grace: Duration) {
+        if self.stop.is_cancelled() {
+            return;
+        }
+        self.flush(common);
+        let _ = self.deadline.set(tokio::time::Instant::now() + grace);
+        self.stop.cancel();
+    }
+
+    /// Whether stopping and past the grace.
+    fn past(&self) -> bool {
+        self.deadline
+            .get()
+            .is_some_and(|at| tokio::time::Instant::now() >= *at)
+    }
+
+    /// Resolves once stopping and past the grace.
+    async fn past_deadline(&self) {
+        self.stop.cancelled().await;
+        if let Some(at) = self.deadline.get() {
+            tokio::time::sleep_until(*at).await;
+        }
+    }
+
+    fn finished(&self) -> bool {
+        lock(&self.tasks).iter().all(JoinHandle::is_finished)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The configured webhooks and their delivery tasks. Cheap to clone (the
-/// clones share everything); when the last clone is dropped, delivery
-/// stops as [`Webhooks::shutdown`] stops it, unawaited.
-#[derive(Clone, Default)]
+/// clones share everything, a reload included); when the last clone is
+/// dropped, delivery stops as [`Webhooks::shutdown`] stops it, unawaited.
+#[derive(Clone)]
 pub struct Webhooks {
-    /// `None`: no webhook configured; every call does nothing.
-    inner: Option<Arc<Inner>>,
+    inner: Arc<Inner>,
 }
 
 struct Inner {
-    hooks: Vec<Arc<Hook>>,
+    /// The webhooks in force, in the order configured.
+    hooks: Arc<ArcSwap<Vec<Arc<Hook>>>>,
+    /// Webhooks a reload removed, delivering what they hold within the grace.
+    retired: Mutex<Vec<Arc<Hook>>>,
     common: Arc<Common>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    client: OnceLock<deliver::HttpClient>,
+    /// Reloads one at a time.
+    reloading: Mutex<()>,
+}
+
+impl Default for Webhooks {
+    /// No webhook (until a reload brings some), on the system clock.
+    fn default() -> Self {
+        Webhooks::new(&[], Arc::new(crate::clock::SystemClock))
+    }
 }
 
 impl Webhooks {
     /// The webhooks of `configs`, their tasks spawned on the current
-    /// tokio runtime (call it within one). `clock` dates the happenings
-    /// and signs with its time.
+    /// tokio runtime (call it within one when `configs` is not empty).
+    /// `clock` dates the happenings and signs with its time.
     pub fn new(configs: &[WebhookConfig], clock: SharedClock) -> Self {
         Self::with_options(configs, clock, Options::default())
     }
 
     /// As [`Webhooks::new`], with the back-off and grace of `options`.
     pub fn with_options(configs: &[WebhookConfig], clock: SharedClock, options: Options) -> Self {
-        if configs.is_empty() {
-            return Webhooks { inner: None };
-        }
-        let common = Arc::new(Common {
-            clock,
-            instance: rand::random(),
-            seq: AtomicU64::new(0),
-            stop: CancellationToken::new(),
-            deadline: OnceLock::new(),
-            options,
-        });
-        let client = deliver::client();
+        let inner = Inner {
+            hooks: Arc::default(),
+            retired: Mutex::default(),
+            common: Arc::new(Common {
+                clock,
+                instance: rand::random(),
+                seq: AtomicU64::new(0),
+                options,
+            }),
+            client: OnceLock::new(),
+            reloading: Mutex::default(),
+        };
+        let hooks = Webhooks {
+            inner: Arc::new(inner),
+        };
+        hooks.reload(configs);
+        hooks
+    }
+
+    /// Puts `configs` in force (a config reload), on the current tokio
+    /// runtime. A webhook configured exactly as before keeps its queue,
+    /// batches and tasks; one whose settings changed starts anew with its
+    /// counters; one removed stops as at [`Webhooks::shutdown`], its
+    /// queue delivered within the grace.
+    pub fn reload(&self, configs: &[WebhookConfig]) {
+        let inner = &self.inner;
+        let _one = lock(&inner.reloading);
+        let old = inner.hooks.load_full();
         let mut hooks = Vec::with_capacity(configs.len());
-        let mut tasks = Vec::with_capacity(configs.len() * 2);
         for config in configs {
-            let (tx, rx) = mpsc::channel(config.buffer.max(1));
-            let hook = Arc::new(Hook {
-                url: config.url.to_string(),
-                kinds: config.events.iter().fold(0, |m, k| m | k.bit()),
-                config: config.clone(),
-                tx,
-                counts: Counts::default(),
-                pending: Mutex::default(),
-            });
-            tasks.push(tokio::spawn(deliver::run(
-                rx,
-                Arc::clone(&hook),
-                client.clone(),
-                Arc::clone(&common),
-            )));
-            if hook.wants_batches() {
-                tasks.push(tokio::spawn(batch::run(
-                    Arc::clone(&hook),
-                    Arc::clone(&common),
-                )));
-            }
+            let same = old.iter().find(|h| h.config == *config);
+            let hook = match same {
+                Some(hook) => Arc::clone(hook),
+                None => {
+                    let counts = old
+                        .iter()
+                        .find(|h| h.config.url == config.url)
+                        .map_or_else(Arc::default, |h| Arc::clone(&h.counts));
+                    let client = inner.client.get_or_init(deliver::client);
+                    Hook::start(config, counts, client, &inner.common)
+                }
+            };
             hooks.push(hook);
         }
-        Webhooks {
-            inner: Some(Arc::new(Inner {
-                hooks,
-                common,
-                tasks: Mutex::new(tasks),
-            })),
+        let mut retired = lock(&inner.retired);
+        retired.retain(|h| !h.finished());
+        for hook in old.iter() {
+            if !hooks.iter().any(|h| Arc::ptr_eq(h, hook)) {
+                hook.stop(&inner.common, inner.common.options.grace);
+                retired.push(Arc::clone(hook));
+            }
         }
+        inner.hooks.store(Arc::new(hooks));
     }
 
     /// Whether no webhook is configured.
     pub fn is_empty(&self) -> bool {
-        self.inner.is_none()
+        self.inner.hooks.load().is_empty()
     }
 
     /// This instance's id in batch ids (random at start).
     pub fn instance_id(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |i| i.common.instance)
+        self.inner.common.instance
     }
 
     /// Queues `h` for every webhook whose `events` and `rooms` take it.
     /// Never waits: a full queue drops it and counts the drop.
     pub fn emit(&self, h: Happening) {
-        let Some(inner) = &self.inner else { return };
+        let hooks = self.inner.hooks.load();
         let mut shared: Option<Arc<Happening>> = None;
-        for hook in &inner.hooks {
+        for hook in hooks.iter() {
             if hook.wants(h.kind, &h.room) {
                 let h = shared.get_or_insert_with(|| Arc::new(h.clone()));
                 hook.offer(Arc::clone(h));
@@ -445,12 +529,12 @@ impl Webhooks {
     /// Counts `count` visitors let in to `room`, sent with the others of
     /// the batch as one `admissions` happening. Never waits.
     pub fn emit_admissions(&self, room: &str, count: u64) {
-        let Some(inner) = &self.inner else { return };
-        if count == 0 {
+        let hooks = self.inner.hooks.load();
+        if count == 0 || hooks.is_empty() {
             return;
         }
-        let now = inner.common.clock.now_ms();
-        for hook in &inner.hooks {
+        let now = self.inner.common.clock.now_ms();
+        for hook in hooks.iter() {
             if hook.wants(Kind::Admissions, room) {
                 hook.add_admissions(room, count, now);
             }
@@ -461,23 +545,26 @@ impl Webhooks {
     /// batch as one `revokes` happening (at once when the batch reaches
     /// [`MAX_REVOKES_PER_BATCH`]). Never waits.
     pub fn emit_revokes(&self, room: &str, visitors: &[String]) {
-        let Some(inner) = &self.inner else { return };
-        if visitors.is_empty() {
+        let hooks = self.inner.hooks.load();
+        if visitors.is_empty() || hooks.is_empty() {
             return;
         }
-        let now = inner.common.clock.now_ms();
-        for hook in &inner.hooks {
+        let common = &self.inner.common;
+        let now = common.clock.now_ms();
+        for hook in hooks.iter() {
             if hook.wants(Kind::Revokes, room) {
-                hook.add_revokes(room, visitors, now, &inner.common);
+                hook.add_revokes(room, visitors, now, common);
             }
         }
     }
 
     /// Sends a `test` happening to every webhook, whatever its `events`
-    /// and `rooms`; returns its id.
+    /// and `rooms`; returns its id (`None` when there is no webhook).
     pub fn ping(&self) -> Option<String> {
-        let inner = self.inner.as_ref()?;
-        let common = &inner.common;
+        if self.is_empty() {
+            return None;
+        }
+        let common = &self.inner.common;
         let h = Happening {
             id: common.local_id(Kind::Test, ""),
             kind: Kind::Test,
@@ -493,9 +580,11 @@ impl Webhooks {
     /// Each webhook's figures, in the order configured.
     pub fn figures(&self) -> Vec<Figures> {
         self.inner
-            .as_ref()
-            .map(|i| i.hooks.iter().map(|h| h.figures()).collect())
-            .unwrap_or_default()
+            .hooks
+            .load()
+            .iter()
+            .map(|h| h.figures())
+            .collect()
     }
 
     /// Stops delivery: the batches are sent to the queues, then what is
@@ -503,36 +592,30 @@ impl Webhooks {
     /// `grace`; the rest is counted dropped, as is whatever is emitted
     /// from now on. Resolves once every task has ended.
     pub async fn shutdown(&self, grace: Duration) {
-        let Some(inner) = &self.inner else { return };
-        inner.stop(grace);
-        let tasks =
-            std::mem::take(&mut *inner.tasks.lock().unwrap_or_else(PoisonError::into_inner));
-        for task in tasks {
-            let _ = task.await;
+        let inner = &self.inner;
+        let hooks: Vec<Arc<Hook>> = {
+            let _one = lock(&inner.reloading);
+            let mut all = inner.hooks.load().to_vec();
+            all.extend(lock(&inner.retired).drain(..));
+            all
+        };
+        for hook in &hooks {
+            hook.stop(&inner.common, grace);
         }
-    }
-}
-
-impl Inner {
-    /// Sends the batches, sets the deadline, then tells the tasks (once).
-    fn stop(&self, grace: Duration) {
-        if self.common.stop.is_cancelled() {
-            return;
+        for hook in &hooks {
+            let tasks = std::mem::take(&mut *lock(&hook.tasks));
+            for task in tasks {
+                let _ = task.await;
+            }
         }
-        for hook in &self.hooks {
-            hook.flush(&self.common);
-        }
-        let _ = self
-            .common
-            .deadline
-            .set(tokio::time::Instant::now() + grace);
-        self.common.stop.cancel();
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop(self.common.options.grace);
+        for hook in self.hooks.load().iter() {
+            hook.stop(&self.common, self.common.options.grace);
+        }
     }
 }
 
@@ -587,6 +670,13 @@ mod tests {
     #[tokio::test]
     async fn no_webhook_makes_every_call_a_no_op() {
         let none = Webhooks::new(&[], Arc::new(crate::clock::ManualClock::new(0)));
+        none.emit(Happening {
+            id: "a".into(),
+            kind: Kind::SoldOut,
+            room: "shop".into(),
+            at_ms: 0,
+            data: serde_json::json!({}),
+        });
         assert!(none.is_empty());
         none.emit_admissions("shop", 3);
         assert_eq!(none.ping(), None);
