@@ -409,7 +409,13 @@ async fn routing_follows_events_and_rooms() {
     hall_only.rooms = Some(vec!["hall".to_owned()]);
     hall_only.batch = Duration::from_millis(50);
     let hooks = Webhooks::with_options(&[sold_out_only, hall_only], clock(), fast());
-    hooks.emit(happening("1", Kind::SoldOut, "shop"));
+    assert!(!hooks.wants(Kind::StateChanged, "shop"));
+    assert!(hooks.wants(Kind::StateChanged, "hall"));
+    assert!(hooks.wants(Kind::SoldOut, "shop"));
+    assert!(hooks.wants(Kind::Test, "any"));
+    let dated = hooks.happening("1", Kind::SoldOut, "shop", json!({}));
+    assert_eq!((dated.at_ms, dated.room.as_str()), (T0, "shop"));
+    hooks.emit(dated);
     hooks.emit(happening("2", Kind::StateChanged, "shop"));
     hooks.emit(happening("3", Kind::StateChanged, "hall"));
     hooks.emit(happening("4", Kind::SoldOut, "hall"));

@@ -67,8 +67,9 @@ enum Attempt {
         why: String,
         retry_after: Option<Duration>,
     },
-    /// Not worth another: any other answer.
-    Refused(StatusCode),
+    /// Not worth another: any other answer (or a request that cannot be
+    /// made: an id that is no header value).
+    Refused(String),
 }
 
 /// Delivers `rx` in order until stopping; then what is queued gets the
@@ -133,13 +134,13 @@ impl Worker<'_> {
                     Counts::add(&counts.sent, 1);
                     return;
                 }
-                Attempt::Refused(status) => {
+                Attempt::Refused(why) => {
                     Counts::add(&counts.failed, 1);
                     tracing::warn!(
                         url = %self.hook.url,
                         kind = h.kind.name(),
                         id = %h.id,
-                        status = status.as_u16(),
+                        why = %why,
                         "webhook delivery refused; not retried"
                     );
                     return;
@@ -176,9 +177,9 @@ impl Worker<'_> {
         let timestamp = self.common.clock.now_ms() / 1000;
         let signature = super::sign(config.secret.0.as_bytes(), timestamp, body);
         let Ok(id) = HeaderValue::from_str(&h.id) else {
-            // The gate's ids are plain text; one that is not is a bug,
-            // and cannot succeed later.
-            return Attempt::Refused(StatusCode::BAD_REQUEST);
+            // The gate's ids are plain text; one that is not cannot be
+            // sent, now or later.
+            return Attempt::Refused("the id is not a header value".to_owned());
         };
         let request = Request::post(config.url.clone())
             .header(header::CONTENT_TYPE, "application/json")
@@ -190,12 +191,7 @@ impl Worker<'_> {
             .body(Full::new(body.clone()));
         let request = match request {
             Ok(r) => r,
-            Err(e) => {
-                return Attempt::Again {
-                    why: e.to_string(),
-                    retry_after: None,
-                }
-            }
+            Err(e) => return Attempt::Refused(format!("request: {e}")),
         };
         let exchange = async {
             let response = self.client.request(request).await?;
@@ -232,7 +228,7 @@ impl Worker<'_> {
                     retry_after,
                 }
             }
-            Ok(Ok((status, _))) => Attempt::Refused(status),
+            Ok(Ok((status, _))) => Attempt::Refused(format!("answered {status}")),
         }
     }
 }

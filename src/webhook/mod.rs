@@ -513,6 +513,33 @@ impl Webhooks {
         self.inner.common.instance
     }
 
+    /// Whether some webhook takes happenings of `kind` in `room`: when
+    /// none does, the caller need not build the happening (nor claim it
+    /// across instances).
+    pub fn wants(&self, kind: Kind, room: &str) -> bool {
+        self.inner.hooks.load().iter().any(|h| h.wants(kind, room))
+    }
+
+    /// A happening of `kind` in `room` dated now by the clock, with
+    /// `id`: the same on every instance for this happening (the caller
+    /// derives it from what happened, e.g. the room, kind and the
+    /// stored revision or time it happened at).
+    pub fn happening(
+        &self,
+        id: impl Into<String>,
+        kind: Kind,
+        room: &str,
+        data: serde_json::Value,
+    ) -> Happening {
+        Happening {
+            id: id.into(),
+            kind,
+            room: room.to_owned(),
+            at_ms: self.inner.common.clock.now_ms(),
+            data,
+        }
+    }
+
     /// Queues `h` for every webhook whose `events` and `rooms` take it.
     /// Never waits: a full queue drops it and counts the drop.
     pub fn emit(&self, h: Happening) {
