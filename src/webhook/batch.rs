@@ -25,6 +25,10 @@ impl Hook {
     }
 
     pub(super) fn add_admissions(&self, room: &str, count: u64, now: Millis) {
+        // Stopped, nobody would send the batch: keep nothing.
+        if self.stop.is_cancelled() {
+            return;
+        }
         let mut pending = lock(&self.pending);
         // The room's entry is allocated once per batch, not per call.
         let p = match pending.get_mut(room) {
@@ -38,6 +42,9 @@ impl Hook {
     }
 
     pub(super) fn add_revokes(&self, room: &str, visitors: &[String], now: Millis, c: &Common) {
+        if self.stop.is_cancelled() {
+            return;
+        }
         let mut full = Vec::new();
         {
             let mut pending = lock(&self.pending);

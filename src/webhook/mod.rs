@@ -12,7 +12,8 @@
 //! its queue in order, one delivery at a time (`deliver`); another folds
 //! and sends its batches (`batch`). The signature is `sign`'s; the
 //! figures of each webhook are [`Webhooks::figures`], and Prometheus
-//! families through [`Webhooks::metrics`].
+//! families through [`Webhooks::metrics`]. [`Webhooks::reload`] puts a
+//! reloaded configuration in force for every clone.
 
 mod batch;
 mod deliver;
@@ -415,6 +416,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The configured webhooks and their delivery tasks. Cheap to clone (the
 /// clones share everything, a reload included); when the last clone is
 /// dropped, delivery stops as [`Webhooks::shutdown`] stops it, unawaited.
+/// The tasks run on the tokio runtime it was built (or reloaded) on, which
+/// should outlive it; the calls that hand happenings over may come from
+/// any thread or runtime.
 #[derive(Clone)]
 pub struct Webhooks {
     inner: Arc<Inner>,
