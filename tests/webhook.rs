@@ -23,7 +23,7 @@ use waitroom::clock::{ManualClock, SharedClock};
 use waitroom::config::Secret;
 use waitroom::webhook::{
     verify, Figures, Happening, Kind, Options, WebhookConfig, Webhooks, DELIVERY_HEADER,
-    KIND_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    KIND_HEADER, MAX_REVOKES_PER_BATCH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
 };
 
 /// 2027-01-15T08:00:00Z.
@@ -382,6 +382,33 @@ async fn admissions_are_folded_into_batches_with_their_total() {
     assert_eq!(admitted["shop"], 1000);
     assert_eq!(admitted["hall"], 5);
     assert_eq!(revoked, ["v1", "v2", "v3"]);
+}
+
+#[tokio::test]
+async fn a_revokes_batch_that_reaches_its_cap_is_sent_at_once() {
+    let receiver = Receiver::start(&[], Answer::Status(200)).await;
+    let mut config = hook(receiver.url());
+    config.batch = Duration::from_secs(3600);
+    let hooks = Webhooks::with_options(&[config], clock(), fast());
+    let visitors: Vec<String> = (0..MAX_REVOKES_PER_BATCH + 1)
+        .map(|i| format!("v{i}"))
+        .collect();
+    hooks.emit_revokes("shop", &visitors);
+    until("the full batch sent", || figures(&hooks).sent == 1).await;
+    let first = receiver.seen()[0].json();
+    assert_eq!(
+        first["data"]["visitors"].as_array().unwrap().len(),
+        MAX_REVOKES_PER_BATCH
+    );
+    // The one over the cap waits for the next batch (here: shutdown).
+    hooks.shutdown(Duration::from_secs(2)).await;
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].json()["data"]["visitors"],
+        json!([format!("v{MAX_REVOKES_PER_BATCH}")])
+    );
+    assert_ne!(seen[0].json()["id"], seen[1].json()["id"]);
 }
 
 #[tokio::test]
