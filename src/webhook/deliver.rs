@@ -35,15 +35,20 @@ const USER_AGENT: &str = concat!("waitroom/", env!("CARGO_PKG_VERSION"));
 /// Most of a receiver's answer read (and thrown away).
 const MAX_ANSWER_LEN: usize = 64 * 1024;
 
-/// An HTTPS client trusting the system's CA certificates (plain HTTP
-/// too); without any, HTTPS receivers cannot be reached and a warning
-/// says so. The same construction as the captcha verifier's
-/// (`gate::captcha`).
+/// The webhooks' client: HTTP/1 over [`https_connector`].
 pub(super) fn client() -> HttpClient {
-    let connector = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+    Client::builder(TokioExecutor::new()).build(https_connector("webhooks"))
+}
+
+/// A connector for `https://` (trusting the system's CA certificates) and
+/// plain `http://`; without any CA certificate, only plain HTTP, and a
+/// warning says that `what` cannot be reached over HTTPS. The captcha
+/// verifier's client (`gate::captcha`) builds the same connector.
+fn https_connector(what: &str) -> Https {
+    match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
         Ok(b) => b.https_or_http().enable_http1().build(),
         Err(e) => {
-            tracing::warn!(error = %e, "no CA certificates: webhooks are reachable over plain HTTP only");
+            tracing::warn!(error = %e, "no CA certificates: {what} are reachable over plain HTTP only");
             let empty = rustls::ClientConfig::builder()
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth();
@@ -53,8 +58,7 @@ pub(super) fn client() -> HttpClient {
                 .enable_http1()
                 .build()
         }
-    };
-    Client::builder(TokioExecutor::new()).build(connector)
+    }
 }
 
 /// What one attempt came to.
