@@ -27,6 +27,8 @@
 //! * [`store`]: all shared room state behind the `Store` trait; `memory` and
 //!   `redis` backends.
 //! * [`config`]: the TOML file, validated into typed configuration.
+//! * [`webhook`]: `[[webhook]]`: happenings POSTed, signed and retried,
+//!   through bounded buffers that never block the caller.
 //! * [`tls`]: certificates (PEM loading, SNI choice, reload), the rustls
 //!   configuration of the TLS listener and its `[tls]` settings.
 //! * `respond`: building the daemon's own responses.
@@ -66,5 +68,6 @@ pub mod store;
 pub mod telemetry;
 pub mod ticket;
 pub mod tls;
+pub mod webhook;
 
 pub use server::{run, Daemon, Deps};

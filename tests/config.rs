@@ -511,7 +511,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_top_level_key",
-        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `reports`, `origin`, `room`, `region`, `tls`",
+        "colour (line 2, column 1): unknown key `colour`, expected one of `server`, `store`, `cookie`, `reports`, `origin`, `room`, `region`, `tls`, `webhook`",
     ),
     (
         "url_with_memory_backend",

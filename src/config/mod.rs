@@ -24,6 +24,7 @@ use crate::domain::{Lanes, QueueingMethod, RoomPolicy, RoomState};
 pub use crate::i18n::{Lang, Language};
 pub use crate::secret::{Secret, Secret32};
 pub use crate::tls::{TlsCert, TlsConfig};
+pub use crate::webhook::{Kind as WebhookKind, WebhookConfig};
 pub(crate) use check::check_id;
 pub use error::{ConfigError, LoadOptions, Location, Problem};
 #[cfg(test)]
@@ -53,6 +54,8 @@ pub struct Config {
     pub region: Option<RegionConfig>,
     /// The TLS listener (`[tls]`), if any.
     pub tls: Option<TlsConfig>,
+    /// `[[webhook]]`, in the order configured (docs/webhooks.md).
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 /// `[reports]`: the rooms' reports, kept in the store (docs/operating.md, "Reports").

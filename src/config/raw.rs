@@ -28,6 +28,30 @@ pub(super) struct RawConfig {
     /// Region mode (docs/regions.md); absent: the central mode.
     pub(super) region: Option<RawRegion>,
     pub(super) tls: Option<RawTls>,
+    /// `[[webhook]]` (docs/webhooks.md).
+    #[serde(default)]
+    pub(super) webhook: Vec<RawWebhook>,
+}
+
+/// `[[webhook]]`: where happenings are POSTed, which ones, and the limits
+/// of their delivery.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) url: String,
+    /// The signing secret inline (demos and tests), or…
+    pub(super) secret: Option<String>,
+    /// …the environment variable holding it.
+    pub(super) secret_env: Option<String>,
+    /// Kind names; absent: every kind.
+    pub(super) events: Option<Vec<String>>,
+    /// Room ids; absent: every room.
+    pub(super) rooms: Option<Vec<String>>,
+    pub(super) timeout: Option<RawDuration>,
+    pub(super) max_attempts: Option<u64>,
+    pub(super) buffer: Option<u64>,
+    /// How often admissions and revokes are sent.
+    pub(super) batch: Option<RawDuration>,
 }
 
 #[derive(Deserialize)]

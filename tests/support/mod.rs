@@ -79,6 +79,7 @@ pub fn config(origin: SocketAddr) -> Config {
         rooms: vec![room("shop", "/")],
         region: None,
         tls: None,
+        webhooks: Vec::new(),
     }
 }
 

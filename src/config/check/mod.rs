@@ -7,8 +7,9 @@
 //! every section uses; `values` has the checks of an id, a path, a limit
 //! and a host that several sections make. Each section is checked in its
 //! own file: `server`, `tls`, `store` and `store_redis` (where Redis is),
-//! `region`, `cookie`, `reports`, `origin`, and a room's keys in `rooms`, `challenge`
-//! (captcha, bot score), `bypass`, `tokens`, `lanes`, `events` and `autotune`.
+//! `region`, `cookie`, `reports`, `origin`, and a room's keys in `rooms`,
+//! `challenge` (captcha, bot score), `bypass`, `tokens`, `lanes`, `events`
+//! and `autotune`; `[[webhook]]` in `webhook`.
 
 mod autotune;
 mod bypass;
@@ -26,6 +27,7 @@ mod store_redis;
 mod tls;
 mod tokens;
 mod values;
+mod webhook;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -124,6 +126,7 @@ impl Checker<'_, '_> {
             }
         }
         let tls = raw.tls.and_then(|t| self.tls(t, &server));
+        let webhooks = self.webhooks(raw.webhook, &rooms);
         Config {
             server,
             store,
@@ -133,6 +136,7 @@ impl Checker<'_, '_> {
             rooms,
             region,
             tls,
+            webhooks,
         }
     }
 
