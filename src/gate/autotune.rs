@@ -166,7 +166,7 @@ impl Operator {
             })
             .await;
         match (outcome, moved) {
-            (Ok(()), Some((from, to, reason))) => tracing::info!(
+            (Ok(_), Some((from, to, reason))) => tracing::info!(
                 room = %room.config.id,
                 from,
                 to,
@@ -184,7 +184,7 @@ impl Operator {
             (Err(e), _) => {
                 tracing::warn!(room = %room.config.id, error = %e, "autotune's move was not recorded")
             }
-            (Ok(()), None) => {}
+            (Ok(_), None) => {}
         }
     }
 }

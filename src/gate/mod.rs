@@ -48,6 +48,7 @@ mod decide;
 pub(crate) mod eta;
 mod forward;
 pub(crate) mod guard;
+mod happenings;
 mod intake;
 pub(crate) mod lag;
 pub(crate) mod lanes;

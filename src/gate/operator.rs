@@ -47,8 +47,9 @@ impl Operator {
             })
             .await
         {
-            Ok(()) => {
-                tracing::warn!(room = %room.config.id, "the origin closed the room (sold out)")
+            Ok(revision) => {
+                tracing::warn!(room = %room.config.id, "the origin closed the room (sold out)");
+                self.announce_sold_out(room, revision).await;
             }
             Err(e) => {
                 tracing::error!(room = %room.config.id, error = %e, "the origin's close was not recorded")
@@ -71,7 +72,7 @@ impl Operator {
             })
             .await
         {
-            Ok(()) => tracing::info!(room = %room.config.id, stock, "the origin's stock recorded"),
+            Ok(_) => tracing::info!(room = %room.config.id, stock, "the origin's stock recorded"),
             Err(e) => {
                 tracing::warn!(room = %room.config.id, stock, error = %e, "the origin's stock was not recorded")
             }
@@ -81,12 +82,13 @@ impl Operator {
     /// Changes the room's stored runtime settings (read, change, write
     /// with the next revision) and applies them here at once; the other
     /// instances read them within a second. `change` gets the overrides
-    /// and the events in force, and may refuse.
+    /// and the events in force, and may refuse. Returns the revision
+    /// written; what changed goes to the webhooks.
     pub(crate) async fn amend(
         &self,
         room: &Room,
         change: impl FnOnce(&mut RoomOverrides, Vec<EventSpec>) -> Result<(), String>,
-    ) -> Result<(), AmendError> {
+    ) -> Result<u64, AmendError> {
         let store = &self.store;
         let mut o = match store.overrides(&room.config.id).await? {
             Some(o) if o.config_fingerprint == room.fingerprint => o,
@@ -95,12 +97,14 @@ impl Operator {
                 ..RoomOverrides::default()
             },
         };
+        let before = o.clone();
         let events = room.events().iter().map(|e| e.spec.clone()).collect();
         change(&mut o, events).map_err(AmendError::Refused)?;
         o.revision += 1;
         store.set_overrides(&room.config.id, &o).await?;
         room.apply_overrides(Some(&o));
-        Ok(())
+        self.announce_changes(room, &before, &o).await;
+        Ok(o.revision)
     }
 
     /// Ends `visitor`'s session (its ticket says until `expires`): here at
@@ -117,6 +121,7 @@ impl Operator {
         room.metrics.time_on_origin.ended(visitor, now);
         let ended = self.store.end_session(room, visitor, expires, now).await?;
         room.metrics.revoked.inc();
+        self.announce_revoke(room, visitor);
         Ok(ended)
     }
 
@@ -166,6 +171,7 @@ impl Operator {
         let released = self.store.release(room, visitor, now).await?;
         if released {
             room.metrics.revoked.inc();
+            self.announce_revoke(room, visitor);
         }
         Ok(released)
     }

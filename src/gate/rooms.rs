@@ -66,6 +66,8 @@ pub struct Room {
     /// What the origin did with the requests forwarded for this room
     /// (`[room.autotune]` reads it).
     pub(crate) origin_health: super::autotune::OriginWindow,
+    /// What this room's webhooks follow, as this instance last saw it.
+    pub(crate) watch: super::happenings::Watch,
     clock: SharedClock,
 }
 
@@ -244,6 +246,7 @@ impl Room {
             ended_here: EndedHere::default(),
             tunnels: Arc::default(),
             origin_health: Default::default(),
+            watch: Default::default(),
             clock,
             config,
         };
@@ -262,6 +265,22 @@ impl Room {
             .overrides
             .as_ref()
             .and_then(|o| o.autotune.clone())
+    }
+
+    /// The state and limits the config file and `o` give, events aside
+    /// (what the webhooks' `state_changed` and `limit_changed` follow):
+    /// (state, total_active_users, new_users_per_minute).
+    pub(crate) fn overridden_by(&self, o: &RoomOverrides) -> (crate::domain::RoomState, u64, u64) {
+        let base = &self.base_policy;
+        (
+            o.state.unwrap_or(base.state),
+            o.settings
+                .total_active_users
+                .unwrap_or(base.total_active_users),
+            o.settings
+                .new_users_per_minute
+                .unwrap_or(base.new_users_per_minute),
+        )
     }
 
     /// Items left, as the origin or an operator last said.

@@ -66,6 +66,7 @@ impl Operator {
                 .telemetry
                 .tally(&room.config.id, &room.metrics, seen, now);
             self.write_report(room, due, now).await;
+            self.announce_figures(room, stats.queued, now).await;
             self.telemetry.history.record(
                 &room.config.id,
                 crate::telemetry::history::Sample {
@@ -140,6 +141,9 @@ pub(super) async fn start_due_event(store: &StoreGuard, room: &Room, now: Millis
     };
     let start = crate::store::EventStart::of(&event.spec, rand::random());
     let outcome = store.start_event(room, &start, now).await;
+    if let Ok(shuffled @ 1..) = outcome {
+        room.watch.shuffled(&start.key, &event.spec.name, shuffled);
+    }
     match &outcome {
         Ok(shuffled) => tracing::info!(
             room = %room.config.id,

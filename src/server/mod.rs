@@ -107,7 +107,8 @@ impl Daemon {
         // rustls configurations on the process-wide provider.
         crate::tls::install_default_provider();
         let clock = deps.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let telemetry = Arc::new(Telemetry::default());
+        let webhooks = crate::webhook::Webhooks::new(&config.webhooks, clock.clone());
+        let telemetry = Arc::new(Telemetry::new(webhooks));
         let mut region = None;
         let store = match deps.store {
             Some(s) => s,
@@ -281,6 +282,12 @@ impl Daemon {
         for task in std::mem::take(&mut this.tasks) {
             let _ = task.await;
         }
+        // What the webhooks hold goes out within a short grace.
+        this.live
+            .telemetry
+            .webhooks
+            .shutdown(std::time::Duration::from_secs(2))
+            .await;
     }
 }
 
@@ -310,6 +317,7 @@ impl Live {
         )?;
         next.refresh_overrides().await;
         self.gates.store(Arc::new(next));
+        self.telemetry.webhooks.reload(&config.webhooks);
         match (&self.certs, &config.tls) {
             (Some(resolver), Some(tls)) => {
                 resolver.replace(CertMap::new(tls));

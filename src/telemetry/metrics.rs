@@ -176,7 +176,15 @@ impl Default for Metrics {
 
 impl Metrics {
     pub(crate) fn new() -> Self {
+        Self::with_webhooks(None)
+    }
+
+    /// The daemon's metrics, the webhooks' figures among them.
+    pub(crate) fn with_webhooks(webhooks: Option<crate::webhook::Metrics>) -> Self {
         let mut registry = Registry::with_prefix("waitroom");
+        if let Some(webhooks) = webhooks {
+            registry.register_collector(Box::new(webhooks));
+        }
         let m = Self {
             region: RegionMetrics::default(),
             active: Family::default(),

@@ -27,11 +27,23 @@ pub struct Telemetry {
     pub(crate) history: History,
     /// Each room's report share not yet in the store (`report`).
     pub(crate) tallies: Mutex<HashMap<String, report::Tally>>,
+    /// Where the rooms' happenings go (`[[webhook]]`); a reload puts the
+    /// new list in force.
+    pub webhooks: crate::webhook::Webhooks,
     /// Set on SIGTERM: `/ready` answers 503 so load balancers stop sending.
     pub draining: AtomicBool,
 }
 
 impl Telemetry {
+    /// Telemetry sending to `webhooks`, whose figures `/metrics` exports.
+    pub fn new(webhooks: crate::webhook::Webhooks) -> Self {
+        Self {
+            metrics: Metrics::with_webhooks(Some(webhooks.metrics())),
+            webhooks,
+            ..Self::default()
+        }
+    }
+
     /// Folds what this instance saw of `room` into its tally; returns the
     /// minutes to write to the store now ([`report::Tally::observe`]).
     pub(crate) fn tally(
