@@ -315,6 +315,7 @@ async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
                 start_ms: t0 + 90_000,
                 end_ms: t0 + 3_600_000,
                 shuffle_at_start: true,
+                lanes_only_for_ms: None,
                 settings: waitroom::store::Settings {
                     session_duration_ms: Some(600_000),
                     ..Default::default()

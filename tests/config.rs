@@ -208,6 +208,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "start",
         "end",
         "shuffle_at_start",
+        "lanes_only_for",
         "notice",
         "bind_to_client",
         "max_networks_per_session",
@@ -410,6 +411,14 @@ const BAD: &[(&str, &str)] = &[
         "room[0].event[0].end (line 14, column 7): 2026-12-01T09:00:00Z must be after start 2026-12-01T10:00:00Z",
     ),
     (
+        "event_lanes_only_for_negative",
+        "room[0].event[0].lanes_only_for (line 15, column 18): invalid duration \"-15m\" (expected number at 0); write it like \"20s\", \"5m\" or \"500ms\"",
+    ),
+    (
+        "event_lanes_only_for_without_lanes",
+        "room[0].event[0].lanes_only_for (line 15, column 18): \"15m\" needs at least one [[room.lane]]: during it only lanes are let in",
+    ),
+    (
         "event_notice_too_long",
         "room[0].event[0].notice (line 15, column 10): at most 500 characters, got 569",
     ),
@@ -499,7 +508,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_event_key",
-        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`, `notice`",
+        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `lanes_only_for`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`, `notice`",
     ),
     (
         "unknown_room_key",

@@ -744,6 +744,7 @@ impl EventChange {
             start_ms: instant("start", start)?,
             end_ms: instant("end", end)?,
             shuffle_at_start: false,
+            lanes_only_for_ms: None,
             settings: Settings::default(),
             notice: None,
         })

@@ -301,6 +301,8 @@ pub(super) struct RawEvent {
     pub(super) start: RawTime,
     pub(super) end: RawTime,
     pub(super) shuffle_at_start: Option<bool>,
+    /// A presale window from the start: this long only lanes are let in.
+    pub(super) lanes_only_for: Option<RawDuration>,
     pub(super) total_active_users: Option<u64>,
     pub(super) new_users_per_minute: Option<u64>,
     pub(super) session_duration: Option<RawDuration>,

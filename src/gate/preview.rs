@@ -135,6 +135,7 @@ fn sample_event(now: Millis) -> EventSpec {
         start_ms: now + SAMPLE_STARTS_IN_MS,
         end_ms: now + SAMPLE_STARTS_IN_MS + 3_600_000,
         shuffle_at_start: false,
+        lanes_only_for_ms: None,
         settings: Settings::default(),
         notice: None,
     }
