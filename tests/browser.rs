@@ -484,3 +484,51 @@ async fn a_notice_appears_and_changes_on_the_queue_page_without_a_reload() {
         .await;
     assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
 }
+
+/// `show_stock`: "N left" appears on a waiting page once the room counts
+/// its stock, and follows the operator's changes without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stock_left_appears_and_follows_the_stock_without_a_reload() {
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.rooms[0].abandon_after = Duration::from_secs(600);
+        c.rooms[0].show_stock = true;
+    })
+    .await;
+    let _a = admit(&h).await;
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "1");
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-stock').hidden")
+            .await,
+        true,
+        "no stock counted yet"
+    );
+    browser.eval("(window.__marker = 1)").await;
+
+    h.patch_room_ok("shop", serde_json::json!({"stock": 5}))
+        .await;
+    browser
+        .wait_until(
+            "!document.getElementById('wr-stock').hidden && document.getElementById('wr-stock').textContent === '5 left'",
+            WAIT,
+        )
+        .await;
+    h.patch_room_ok("shop", serde_json::json!({"stock": 1}))
+        .await;
+    browser
+        .wait_until(
+            "document.getElementById('wr-stock').textContent === '1 left'",
+            WAIT,
+        )
+        .await;
+    h.patch_room_ok("shop", serde_json::json!({"stock": null}))
+        .await;
+    browser
+        .wait_until("document.getElementById('wr-stock').hidden", WAIT)
+        .await;
+    assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
+}

@@ -192,6 +192,8 @@ pub(super) struct RawRoom {
     pub(super) queueing_method: Option<QueueingMethod>,
     pub(super) max_queue_length: Option<u64>,
     pub(super) sessions_per_item: Option<f64>,
+    /// Show waiting visitors the stock left.
+    pub(super) show_stock: Option<bool>,
     pub(super) refresh_interval: Option<RawDuration>,
     pub(super) abandon_after: Option<RawDuration>,
     pub(super) queue_status_code: Option<u64>,

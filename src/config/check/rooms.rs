@@ -99,6 +99,7 @@ impl Checker<'_, '_> {
             queueing_method: raw.queueing_method.unwrap_or(QueueingMethod::Fifo),
             max_queue_length: raw.max_queue_length.unwrap_or(0),
             sessions_per_item,
+            show_stock: raw.show_stock.unwrap_or(false),
             refresh_interval,
             abandon_after,
             queue_status_code,
