@@ -384,6 +384,12 @@ pub struct QueueView {
     pub event_countdown_text: String,
     /// The priority lane the visitor waits in, if any.
     pub lane: Option<String>,
+    /// In the general queue during a presale window: when it starts to
+    /// move (RFC 3339); the built-in page says so in `#wr-general`, in
+    /// the visitor's local time, and its script follows the status JSON.
+    pub general_from: Option<String>,
+    /// The same time as `HH:MM` UTC (for a page without script).
+    pub general_from_at: Option<String>,
     /// Items of stock left, where the room shows them (`show_stock`);
     /// the built-in page keeps them in `#wr-stock`, which its script
     /// updates from the status JSON.
@@ -433,6 +439,11 @@ impl QueueView {
             event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
             event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0), language),
             lane: status.lane.clone(),
+            general_from: status.general_from.clone(),
+            general_from_at: status
+                .general_from
+                .as_ref()
+                .and_then(|t| t.get(11..16).map(str::to_owned)),
             stock_left: status.stock_left,
             notice: status.notice.clone(),
         }
