@@ -405,6 +405,8 @@ async fn a_presale_window_on_an_event_counts_from_its_start() {
     let v = early.json(&h, "/shop/", &[]).await;
     assert_eq!(v["served"], "/shop", "before the event, no window: {v}");
     assert_eq!(h.policy().lanes.only_until_ms, 0);
+    let event = &h.room_json("shop").await["events"][0];
+    assert_eq!(event["lanes_only_for_seconds"], 40, "{event}");
 
     h.clock.advance(Duration::from_secs(60));
     assert_eq!(h.policy().lanes.only_until_ms, start + 40_000);
