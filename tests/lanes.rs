@@ -380,11 +380,22 @@ async fn a_presale_window_lets_code_holders_in_first_on_every_instance() {
 /// room lets everyone in as usual; from the event's start, for the
 /// window's length, a code holder gets in while a general visitor waits,
 /// shown when the general queue moves; from the window's end the shares
-/// apply. The clock is moved, nothing sleeps.
+/// apply. The clock is moved, nothing sleeps; on the memory store and
+/// on Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presale_window_on_an_event_counts_from_its_start() {
+    let server = tokio::task::spawn_blocking(redis_server::RedisServer::start)
+        .await
+        .unwrap();
+    for redis in [None, Some(server.url())] {
+        an_events_window(redis).await;
+    }
+}
+
+/// `a_presale_window_on_an_event_counts_from_its_start` on one store.
+async fn an_events_window(redis: Option<String>) {
     let start = support::T0 + 60_000;
-    let h = daemon_with(None, |c| {
+    let h = daemon_with(redis, |c| {
         c.rooms[0].total_active_users = 5;
         c.rooms[0].events = vec![waitroom::config::EventConfig {
             spec: waitroom::domain::EventSpec {
