@@ -83,6 +83,11 @@ impl Checker<'_, '_> {
                 let key = p.key("lanes_only_for");
                 let text = raw.text.clone();
                 let window = self.duration(&key, Some(raw), Duration::ZERO, Duration::ZERO);
+                // An end not after the start is refused above, once.
+                let length = match end.duration_since(start) {
+                    Ok(d) if !d.is_zero() => d,
+                    _ => Duration::MAX,
+                };
                 if window.is_zero() {
                     None
                 } else if !lanes {
@@ -97,12 +102,12 @@ impl Checker<'_, '_> {
                         format!("{text:?} and the room's lanes_only_until are both set; a room's presale windows come from one or the other, so remove one"),
                     );
                     None
-                } else if end > start && window > end.duration_since(start).unwrap_or_default() {
+                } else if window > length {
                     self.fail(
                         &key,
                         format!(
                             "{text:?} is longer than the event ({} from start to end)",
-                            humantime::format_duration(end.duration_since(start).unwrap_or_default())
+                            humantime::format_duration(length)
                         ),
                     );
                     None
@@ -292,6 +297,14 @@ mod tests {
             [
                 r#"room[0].event[0].lanes_only_for: "2h 1s" is longer than the event (2h from start to end)"#
             ]
+        );
+        // An event that ends at its start is refused once, for its end.
+        assert_eq!(
+            laned(
+                "",
+                &event("end = \"2030-01-01T10:00:00Z\"\nlanes_only_for = \"10m\"")
+            ),
+            ["room[0].event[0].end: 2030-01-01T10:00:00Z must be after start 2030-01-01T10:00:00Z"]
         );
         let negative = laned("", &event("lanes_only_for = \"-5m\""));
         assert_eq!(negative.len(), 1, "{negative:?}");
