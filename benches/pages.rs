@@ -64,6 +64,7 @@ fn pages(c: &mut Criterion) {
         event: None,
         starts_in_seconds: None,
         general_from: None,
+        stock_left: None,
         challenge: None,
         captcha: None,
         lane: None,

@@ -406,6 +406,11 @@ pub struct EventSpec {
     /// At `start`, put the prequeue in a random order.
     #[serde(default)]
     pub shuffle_at_start: bool,
+    /// A presale window at the event's start: for this long from `start`
+    /// only lane places are let in, then the shares apply (the policy's
+    /// `lanes.only_until_ms` is `start` + this while the event runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes_only_for_ms: Option<Millis>,
     /// What the event changes from its start to its end.
     #[serde(flatten)]
     pub settings: Settings,

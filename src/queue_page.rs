@@ -147,6 +147,11 @@ pub struct Status {
     /// then only the lanes are let in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub general_from: Option<String>,
+    /// Items of stock left, in a room that shows them (`show_stock`)
+    /// while it counts its stock (the origin's `X-Waitroom-Stock` or the
+    /// admin API's `stock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stock_left: Option<u64>,
     /// The operator's (or the event's) notice, in the visitor's language.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<NoticeInfo>,
@@ -379,6 +384,16 @@ pub struct QueueView {
     pub event_countdown_text: String,
     /// The priority lane the visitor waits in, if any.
     pub lane: Option<String>,
+    /// In the general queue during a presale window: when it starts to
+    /// move (RFC 3339); the built-in page says so in `#wr-general`, in
+    /// the visitor's local time, and its script follows the status JSON.
+    pub general_from: Option<String>,
+    /// The same time as `HH:MM` UTC (for a page without script).
+    pub general_from_at: Option<String>,
+    /// Items of stock left, where the room shows them (`show_stock`);
+    /// the built-in page keeps them in `#wr-stock`, which its script
+    /// updates from the status JSON.
+    pub stock_left: Option<u64>,
     /// The notice to show (`notice.text`, `notice.level`, `notice.expires`),
     /// if any; the built-in page keeps it in `#wr-notice`, which its
     /// script updates from the status JSON.
@@ -424,6 +439,12 @@ impl QueueView {
             event_shuffle: status.event.as_ref().is_some_and(|e| e.shuffle_at_start),
             event_countdown_text: countdown_text(status.starts_in_seconds.unwrap_or(0), language),
             lane: status.lane.clone(),
+            general_from: status.general_from.clone(),
+            general_from_at: status
+                .general_from
+                .as_ref()
+                .and_then(|t| t.get(11..16).map(str::to_owned)),
+            stock_left: status.stock_left,
             notice: status.notice.clone(),
         }
     }
@@ -439,6 +460,7 @@ impl QueueView {
             event: None,
             starts_in_seconds: None,
             general_from: None,
+            stock_left: None,
             challenge: None,
             captcha: None,
             lane: None,
@@ -817,6 +839,7 @@ mod tests {
             event: None,
             starts_in_seconds: None,
             general_from: None,
+            stock_left: None,
             challenge: None,
             captcha: None,
             lane: None,

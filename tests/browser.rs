@@ -315,6 +315,7 @@ async fn a_prequeue_countdown_turns_into_the_queue_and_then_the_site() {
                 start_ms: t0 + 90_000,
                 end_ms: t0 + 3_600_000,
                 shuffle_at_start: true,
+                lanes_only_for_ms: None,
                 settings: waitroom::store::Settings {
                     session_duration_ms: Some(600_000),
                     ..Default::default()
@@ -480,6 +481,145 @@ async fn a_notice_appears_and_changes_on_the_queue_page_without_a_reload() {
     notice(serde_json::Value::Null).await;
     browser
         .wait_until("document.getElementById('wr-notice').hidden", WAIT)
+        .await;
+    assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
+}
+
+/// `show_stock`: "N left" appears on a waiting page once the room counts
+/// its stock, and follows the operator's changes without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stock_left_appears_and_follows_the_stock_without_a_reload() {
+    let h = Harness::start(|c| {
+        c.rooms[0].total_active_users = 1;
+        c.rooms[0].refresh_interval = Duration::from_secs(1);
+        c.rooms[0].abandon_after = Duration::from_secs(600);
+        c.rooms[0].show_stock = true;
+    })
+    .await;
+    let _a = admit(&h).await;
+    let browser = Browser::start(Options::default()).await;
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(browser.text_of("wr-position").await, "1");
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-stock').hidden")
+            .await,
+        true,
+        "no stock counted yet"
+    );
+    browser.eval("(window.__marker = 1)").await;
+
+    h.patch_room_ok("shop", serde_json::json!({"stock": 5}))
+        .await;
+    browser
+        .wait_until(
+            "!document.getElementById('wr-stock').hidden && document.getElementById('wr-stock').textContent === '5 left'",
+            WAIT,
+        )
+        .await;
+    h.patch_room_ok("shop", serde_json::json!({"stock": 1}))
+        .await;
+    browser
+        .wait_until(
+            "document.getElementById('wr-stock').textContent === '1 left'",
+            WAIT,
+        )
+        .await;
+    h.patch_room_ok("shop", serde_json::json!({"stock": null}))
+        .await;
+    browser
+        .wait_until("document.getElementById('wr-stock').hidden", WAIT)
+        .await;
+    assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
+}
+
+const PRESALE_CODE: &str = "PRESALE-2027";
+
+/// A presale window (`lanes_only_until`): a general visitor's page says
+/// when the general sale opens, in the visitor's own time, and stops
+/// saying it once the window is over, without a reload; a lane visitor's
+/// page never says it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_general_visitor_is_told_when_the_general_sale_opens() {
+    let until = support::T0 + 40_000;
+    let h = Harness::start(|c| {
+        let room = &mut c.rooms[0];
+        room.total_active_users = 1;
+        room.refresh_interval = Duration::from_secs(1);
+        room.abandon_after = Duration::from_secs(600);
+        room.session_duration = Duration::from_secs(3600);
+        room.lanes = vec![waitroom::config::LaneConfig {
+            name: "presale".into(),
+            share: 300,
+            codes: std::collections::HashSet::from([waitroom::domain::digest64(PRESALE_CODE)]),
+            single_use: std::collections::HashSet::new(),
+            token_claim: false,
+        }];
+        room.lanes_only_until_ms = until;
+    })
+    .await;
+    // A code holder fills the room.
+    let inside = h.visitor();
+    let resp = inside
+        .get(h.url("/"))
+        .header("x-waitroom-code", PRESALE_CODE)
+        .send()
+        .await
+        .unwrap();
+    assert!(from_origin(&resp));
+
+    let browser = Browser::start(Options::default()).await;
+    browser
+        .client
+        .goto(&h.url(&format!("/?waitroom_code={PRESALE_CODE}")))
+        .await
+        .unwrap();
+    assert_eq!(browser.text_of("wr-lane").await, "Priority lane: presale");
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-general').hidden")
+            .await,
+        true,
+        "a lane visitor is not held"
+    );
+
+    browser.client.delete_all_cookies().await.unwrap();
+    browser.client.goto(&h.url("/")).await.unwrap();
+    assert_eq!(
+        browser
+            .eval("document.getElementById('wr-general').hidden")
+            .await,
+        false,
+        "a general visitor is told"
+    );
+    let time = "document.getElementById('wr-general-time')";
+    assert_eq!(
+        browser
+            .eval(&format!("{time}.getAttribute('datetime')"))
+            .await,
+        "2027-01-15T08:00:40Z"
+    );
+    // In the browser's own time zone, with the hour and the minute.
+    let local = browser
+        .eval(&format!(
+            "(function(){{ var d = new Date('2027-01-15T08:00:40Z'), t = {time}.textContent, \
+             m = ':' + String(d.getMinutes()).padStart(2, '0'); \
+             return t.includes(String(d.getHours()).padStart(2, '0') + m) \
+             || t.includes(String(d.getHours() % 12 || 12).padStart(2, '0') + m); }})()"
+        ))
+        .await;
+    assert_eq!(local, true, "{}", browser.text_of("wr-general").await);
+    let sentence = browser.text_of("wr-general").await;
+    assert!(
+        sentence.starts_with("The general sale opens at "),
+        "{sentence}"
+    );
+    browser.eval("(window.__marker = 1)").await;
+
+    // The window ends; the room is still full, so the visitor still waits.
+    h.clock.advance(Duration::from_secs(41));
+    browser
+        .wait_until("document.getElementById('wr-general').hidden", WAIT)
         .await;
     assert_eq!(browser.eval("window.__marker").await, 1, "never reloaded");
 }

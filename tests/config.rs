@@ -193,6 +193,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "queueing_method",
         "max_queue_length",
         "sessions_per_item",
+        "show_stock",
         "refresh_interval",
         "abandon_after",
         "queue_status_code",
@@ -208,6 +209,7 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "start",
         "end",
         "shuffle_at_start",
+        "lanes_only_for",
         "notice",
         "bind_to_client",
         "max_networks_per_session",
@@ -410,6 +412,14 @@ const BAD: &[(&str, &str)] = &[
         "room[0].event[0].end (line 14, column 7): 2026-12-01T09:00:00Z must be after start 2026-12-01T10:00:00Z",
     ),
     (
+        "event_lanes_only_for_negative",
+        "room[0].event[0].lanes_only_for (line 15, column 18): invalid duration \"-15m\" (expected number at 0); write it like \"20s\", \"5m\" or \"500ms\"",
+    ),
+    (
+        "event_lanes_only_for_without_lanes",
+        "room[0].event[0].lanes_only_for (line 15, column 18): \"15m\" needs at least one [[room.lane]]: during it only lanes are let in",
+    ),
+    (
         "event_notice_too_long",
         "room[0].event[0].notice (line 15, column 10): at most 500 characters, got 569",
     ),
@@ -499,11 +509,11 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_event_key",
-        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`, `notice`",
+        "room[0].event[0].shuffle (line 15, column 1): unknown key `shuffle`, expected one of `name`, `prequeue_start`, `start`, `end`, `shuffle_at_start`, `lanes_only_for`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `template`, `notice`",
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `show_stock`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
     ),
     (
         "unknown_server_key",

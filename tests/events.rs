@@ -30,6 +30,7 @@ fn drop_event(total_active_users: u64) -> EventConfig {
             start_ms: START,
             end_ms: END,
             shuffle_at_start: true,
+            lanes_only_for_ms: None,
             settings: Settings {
                 total_active_users: Some(total_active_users),
                 ..Settings::default()

@@ -3,7 +3,8 @@
 //! keep arrival order inside; nobody's shown position goes back when
 //! someone enters a lane; the page and the JSON say which lane; a
 //! single-use code works once across two instances on one Redis; a
-//! presale window lets only the lanes in until its end, on every instance.
+//! presale window lets only the lanes in until its end, on every instance,
+//! and an event's window counts from the event's start.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
@@ -373,6 +374,78 @@ async fn a_presale_window_lets_code_holders_in_first_on_every_instance() {
     assert_eq!(v["state"], "admitted", "the other instance agrees: {v}");
     let stats = a.store().stats(&a.policy(), a.clock_now()).await.unwrap();
     assert_eq!((stats.active, stats.queued), (2, 0));
+}
+
+/// A presale window on an event (`lanes_only_for`): before the event the
+/// room lets everyone in as usual; from the event's start, for the
+/// window's length, a code holder gets in while a general visitor waits,
+/// shown when the general queue moves; from the window's end the shares
+/// apply. The clock is moved, nothing sleeps; on the memory store and
+/// on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presale_window_on_an_event_counts_from_its_start() {
+    let server = tokio::task::spawn_blocking(redis_server::RedisServer::start)
+        .await
+        .unwrap();
+    for redis in [None, Some(server.url())] {
+        an_events_window(redis).await;
+    }
+}
+
+/// `a_presale_window_on_an_event_counts_from_its_start` on one store.
+async fn an_events_window(redis: Option<String>) {
+    let start = support::T0 + 60_000;
+    let h = daemon_with(redis, |c| {
+        c.rooms[0].total_active_users = 5;
+        c.rooms[0].events = vec![waitroom::config::EventConfig {
+            spec: waitroom::domain::EventSpec {
+                name: "drop".into(),
+                prequeue_start_ms: None,
+                start_ms: start,
+                end_ms: start + 600_000,
+                shuffle_at_start: false,
+                lanes_only_for_ms: Some(40_000),
+                settings: waitroom::domain::Settings::default(),
+                notice: None,
+            },
+            template: None,
+        }];
+    })
+    .await;
+    let early = Browser::new(1);
+    let v = early.json(&h, "/shop/", &[]).await;
+    assert_eq!(v["served"], "/shop", "before the event, no window: {v}");
+    assert_eq!(h.policy().lanes.only_until_ms, 0);
+    let event = &h.room_json("shop").await["events"][0];
+    assert_eq!(event["lanes_only_for_seconds"], 40, "{event}");
+
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(h.policy().lanes.only_until_ms, start + 40_000);
+    let general = Browser::new(2);
+    let v = general.json(&h, "/shop/", &[]).await;
+    assert_eq!(
+        (v["state"].as_str(), v["position"].as_u64()),
+        (Some("queued"), Some(1)),
+        "the event has started, the room has room, but the general queue waits: {v}"
+    );
+    assert_eq!(v["general_from"], "2027-01-15T08:01:40Z", "{v}");
+    assert!(v["eta_seconds"].as_u64().unwrap() >= 40, "{v}");
+    let member = Browser::new(3);
+    let m = member
+        .json(&h, &format!("/shop/?waitroom_code={MEMBERS}"), &[])
+        .await;
+    assert_eq!(m["served"], "/shop", "a code holder gets in: {m}");
+
+    h.clock.advance(Duration::from_millis(39_999));
+    let v = general.poll(&h).await;
+    assert_eq!(v["state"], "queued", "a millisecond before the end: {v}");
+    assert_eq!(v["general_from"], "2027-01-15T08:01:40Z", "{v}");
+    h.clock.advance(Duration::from_millis(1));
+    let v = general.poll(&h).await;
+    assert_eq!(v["state"], "admitted", "from the end the shares apply: {v}");
+    assert!(v.get("general_from").is_none(), "{v}");
+    let stats = h.store().stats(&h.policy(), h.clock_now()).await.unwrap();
+    assert_eq!(stats.queued, 0, "{stats:?}");
 }
 
 /// An attacker's spellings of a code: another case, padding inside, a

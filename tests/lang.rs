@@ -137,6 +137,7 @@ async fn the_prequeue_page_speaks_each_language() {
                 start_ms: T0 + 3_600_000,
                 end_ms: T0 + 7_200_000,
                 shuffle_at_start: false,
+                lanes_only_for_ms: None,
                 settings: Settings::default(),
                 notice: None,
             },

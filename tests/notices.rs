@@ -340,6 +340,7 @@ fn with_event(c: &mut Config) {
             start_ms: support::T0 - 60_000,
             end_ms: support::T0 + 3_600_000,
             shuffle_at_start: false,
+            lanes_only_for_ms: None,
             settings: Settings::default(),
             notice: Some(Notice::plain("Two per customer")),
         },

@@ -3,7 +3,8 @@
 //! visitor) caps the room's sessions at the stock's worth, 0 closes it
 //! to newcomers while those inside finish, a restock raises the cap back
 //! up to the configured limit; the admin API sets and clears it, and
-//! every instance on one Redis follows within one refresh.
+//! every instance on one Redis follows within one refresh; a room that
+//! shows its stock (`show_stock`) tells the people waiting what is left.
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
@@ -229,6 +230,72 @@ async fn the_admin_api_sets_checks_and_clears_the_stock() {
     assert_eq!(h.policy().total_active_users, 0);
     assert_eq!(h.room_json("shop").await["stock"], Value::Null);
     until(|| async { !h.metrics().await.contains("waitroom_room_stock{") }).await;
+}
+
+/// `show_stock`: while the room counts its stock, a waiting visitor's
+/// status JSON carries `stock_left` and the queue page says "N left";
+/// without it (the default) neither the JSON nor the page reveals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stock_left_is_shown_only_in_a_room_that_shows_it() {
+    for show in [true, false] {
+        let h = Harness::start(|c| {
+            ten(c);
+            c.rooms[0].total_active_users = 1;
+            c.rooms[0].show_stock = show;
+        })
+        .await;
+        assert!(newcomer(&h).await.1);
+        let (waiting, passed) = newcomer(&h).await;
+        assert!(!passed, "the second visitor waits");
+        let s = h.status(&waiting).await;
+        assert!(s.get("stock_left").is_none(), "no stock counted: {s}");
+
+        h.patch_room_ok("shop", json!({"stock": 7})).await;
+        let s = h.status(&waiting).await;
+        assert_eq!(s["state"], "queued", "{s}");
+        let page = waiting
+            .get(h.url("/"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if show {
+            assert_eq!(s["stock_left"], 7, "{s}");
+            assert!(
+                page.contains(r#"<p id="wr-stock" role="status">7 left</p>"#),
+                "{page}"
+            );
+        } else {
+            assert!(s.get("stock_left").is_none(), "{s}");
+            assert!(
+                page.contains(r#"<p id="wr-stock" role="status" hidden></p>"#),
+                "{page}"
+            );
+            assert!(!page.contains("7 left"), "{page}");
+        }
+        // The operator's preview shows the page as the people waiting see it.
+        let preview = h
+            .bare()
+            .get(h.admin_url("/api/rooms/shop/preview?state=queued&lang=en"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(preview.contains(">7 left</p>"), show, "{preview}");
+
+        h.patch_room_ok("shop", json!({"stock": 1})).await;
+        let s = h.status(&waiting).await;
+        assert_eq!(s.get("stock_left"), show.then(|| json!(1)).as_ref(), "{s}");
+
+        h.patch_room_ok("shop", json!({"stock": null})).await;
+        let s = h.status(&waiting).await;
+        assert!(s.get("stock_left").is_none(), "not counted any more: {s}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

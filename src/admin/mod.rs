@@ -571,6 +571,7 @@ fn event_json(e: &EventSpec, phase: &str) -> serde_json::Value {
         "end": rfc3339(e.end_ms),
         "phase": phase,
         "shuffle_at_start": e.shuffle_at_start,
+        "lanes_only_for_seconds": e.lanes_only_for_ms.map(|ms| ms / 1000),
         "total_active_users": e.settings.total_active_users,
         "new_users_per_minute": e.settings.new_users_per_minute,
         "session_duration_seconds": e.settings.session_duration_ms.map(|ms| ms / 1000),
@@ -757,6 +758,7 @@ impl EventChange {
             start_ms: instant("start", start)?,
             end_ms: instant("end", end)?,
             shuffle_at_start: false,
+            lanes_only_for_ms: None,
             settings: Settings::default(),
             notice: None,
         })

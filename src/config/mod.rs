@@ -442,6 +442,9 @@ pub struct RoomConfig {
     /// `room.sessions_per_item`: active sessions one item of stock is
     /// worth (the origin's `X-Waitroom-Stock`); more than 0, 1 by default.
     pub sessions_per_item: f64,
+    /// `room.show_stock`: the status JSON (`stock_left`) and the queue
+    /// page show waiting visitors the stock left, while one is counted.
+    pub show_stock: bool,
     /// `room.refresh_interval`: how often the queue page polls.
     pub refresh_interval: Duration,
     /// `room.abandon_after`: a waiting visitor silent this long loses the place.

@@ -224,6 +224,8 @@ pub(super) struct RawRoom {
     pub(super) queueing_method: Option<QueueingMethod>,
     pub(super) max_queue_length: Option<u64>,
     pub(super) sessions_per_item: Option<f64>,
+    /// Show waiting visitors the stock left.
+    pub(super) show_stock: Option<bool>,
     pub(super) refresh_interval: Option<RawDuration>,
     pub(super) abandon_after: Option<RawDuration>,
     pub(super) queue_status_code: Option<u64>,
@@ -333,6 +335,8 @@ pub(super) struct RawEvent {
     pub(super) start: RawTime,
     pub(super) end: RawTime,
     pub(super) shuffle_at_start: Option<bool>,
+    /// A presale window from the start: this long only lanes are let in.
+    pub(super) lanes_only_for: Option<RawDuration>,
     pub(super) total_active_users: Option<u64>,
     pub(super) new_users_per_minute: Option<u64>,
     pub(super) session_duration: Option<RawDuration>,

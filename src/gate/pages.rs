@@ -427,6 +427,7 @@ pub(crate) fn rejected(
             event: None,
             starts_in_seconds: None,
             general_from: None,
+            stock_left: None,
             challenge: None,
             captcha: None,
             lane: None,

@@ -14,6 +14,8 @@ use crate::queue_page::{self, EventInfo, Msg, NoticeInfo, QueueView, Status, Vis
 const SAMPLE_POSITION: u64 = 42;
 const SAMPLE_QUEUE_LENGTH: u64 = 180;
 const SAMPLE_ETA_SECONDS: u64 = 540;
+/// In a room that shows its stock but counts none yet: this many left.
+const SAMPLE_STOCK_LEFT: u64 = 25;
 /// A prequeue without an event in sight shows a start this far ahead.
 const SAMPLE_STARTS_IN_MS: Millis = 10 * 60_000;
 
@@ -70,6 +72,11 @@ pub(crate) fn render(
                 event: None,
                 starts_in_seconds: None,
                 general_from: None,
+                stock_left: if room.config.show_stock {
+                    room.stock().or(Some(SAMPLE_STOCK_LEFT))
+                } else {
+                    None
+                },
                 challenge: None,
                 captcha: None,
                 lane: None,
@@ -135,6 +142,7 @@ fn sample_event(now: Millis) -> EventSpec {
         start_ms: now + SAMPLE_STARTS_IN_MS,
         end_ms: now + SAMPLE_STARTS_IN_MS + 3_600_000,
         shuffle_at_start: false,
+        lanes_only_for_ms: None,
         settings: Settings::default(),
         notice: None,
     }

@@ -667,6 +667,7 @@ mod tests {
             start_ms: 2,
             end_ms: 3,
             shuffle_at_start: true,
+            lanes_only_for_ms: None,
             settings: crate::domain::Settings {
                 total_active_users: Some(5),
                 ..Default::default()

@@ -140,8 +140,9 @@ pub(crate) fn phase_at(events: &[Arc<Event>], now: Millis) -> (Phase, Option<Arc
 }
 
 /// The policy of a room in `phase` of `event`: the event's settings on the
-/// room's, the operator's on top (`operator` applies them), and nobody
-/// admitted before the start.
+/// room's, the operator's on top (`operator` applies them), nobody
+/// admitted before the start, and from the start the event's presale
+/// window (`lanes_only_for`) in the lanes' `only_until_ms`.
 pub(crate) fn policy_in(
     base: &RoomPolicy,
     phase: Phase,
@@ -151,6 +152,9 @@ pub(crate) fn policy_in(
     let mut p = base.clone();
     if let (Phase::Starting | Phase::Running, Some(e)) = (phase, event) {
         e.spec.settings.apply(&mut p);
+        if let Some(window) = e.spec.lanes_only_for_ms {
+            p.lanes = p.lanes.only_until(e.spec.start_ms.saturating_add(window));
+        }
     }
     let mut p = operator(&p);
     if matches!(phase, Phase::Prequeue | Phase::Starting)
@@ -170,6 +174,12 @@ pub(crate) fn check_event(event: &EventSpec, others: &[EventSpec]) -> Result<(),
     }
     if event.prequeue_start_ms.is_some_and(|p| p > event.start_ms) {
         return Err("prequeue_start: must not be after start".into());
+    }
+    if event
+        .lanes_only_for_ms
+        .is_some_and(|w| w > event.end_ms.saturating_sub(event.start_ms))
+    {
+        return Err("lanes_only_for: must not be longer than the event".into());
     }
     if let Some(o) = others
         .iter()
@@ -196,6 +206,7 @@ mod tests {
                 start_ms: 2_000,
                 end_ms: 3_000,
                 shuffle_at_start: shuffle,
+                lanes_only_for_ms: None,
                 settings: Settings {
                     total_active_users: Some(50),
                     ..Settings::default()
@@ -239,5 +250,30 @@ mod tests {
             ..p.clone()
         });
         assert_eq!(closed.state, RoomState::Closed);
+    }
+
+    #[test]
+    fn an_events_presale_window_counts_from_its_start_while_it_runs() {
+        let base = crate::config::test_shop(10, "").rooms[0].policy();
+        let mut spec = event(false).spec.clone();
+        spec.lanes_only_for_ms = Some(400);
+        let e = Event::new(spec.clone(), None);
+        let same = |p: &RoomPolicy| p.clone();
+        let pre = policy_in(&base, Phase::Prequeue, Some(&e), same);
+        assert_eq!(pre.lanes.only_until_ms, 0, "not before the start");
+        let run = policy_in(&base, Phase::Running, Some(&e), same);
+        assert_eq!(run.lanes.only_until_ms, 2_400);
+        assert_eq!(
+            policy_in(&base, Phase::None, None, same)
+                .lanes
+                .only_until_ms,
+            0
+        );
+        assert_eq!(check_event(&spec, &[]), Ok(()));
+        spec.lanes_only_for_ms = Some(1_001);
+        assert_eq!(
+            check_event(&spec, &[]),
+            Err("lanes_only_for: must not be longer than the event".into())
+        );
     }
 }

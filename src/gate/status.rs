@@ -1,6 +1,7 @@
 //! The status JSON every queue page polls and every page embeds: where a
 //! visitor stands, what it waits for and how long that should take, and
-//! the notice shown to the people waiting.
+//! the notice shown to the people waiting, and the stock left where the
+//! room shows it.
 
 use super::pages::Reply;
 use super::schedule::InForce;
@@ -51,6 +52,12 @@ pub(super) fn of(
         captcha: None,
         lane: None,
         general_from: None,
+        // Read only where the operator chose to show it.
+        stock_left: if room.config.show_stock {
+            room.stock()
+        } else {
+            None
+        },
         notice: notice(&in_force, now, reply),
     }
 }

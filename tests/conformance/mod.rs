@@ -1380,6 +1380,7 @@ pub async fn an_event_shuffle_ages_nobody(h: &Harness) {
         start_ms: start,
         end_ms: start + 60 * MINUTE,
         shuffle_at_start: true,
+        lanes_only_for_ms: None,
         settings: Settings::default(),
         notice: None,
     };
@@ -1420,6 +1421,7 @@ pub async fn an_event_start_shuffles_the_prequeue_once(h: &Harness) {
         start_ms: start,
         end_ms: start + 60 * MINUTE,
         shuffle_at_start: true,
+        lanes_only_for_ms: None,
         settings: Settings {
             total_active_users: Some(50),
             new_users_per_minute: Some(50),

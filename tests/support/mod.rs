@@ -96,6 +96,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         queueing_method: QueueingMethod::Fifo,
         max_queue_length: 0,
         sessions_per_item: 1.0,
+        show_stock: false,
         refresh_interval: Duration::from_secs(5),
         abandon_after: Duration::from_secs(60),
         queue_status_code: http::StatusCode::OK,

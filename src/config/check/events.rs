@@ -1,6 +1,7 @@
 //! A room's scheduled events (`[[room.event]]`).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::values::{check_id, check_limit};
 use super::Checker;
@@ -11,7 +12,15 @@ use crate::config::EventConfig;
 use crate::domain::{check_notice_text, EventSpec, Notice, Settings};
 
 impl Checker<'_, '_> {
-    pub(super) fn events(&mut self, room: &KeyPath, raw: Vec<RawEvent>) -> Vec<EventConfig> {
+    /// `[[room.event]]` of a room that has lanes (`lanes`) and a presale
+    /// window of its own (`room_window`, its `lanes_only_until`) or not.
+    pub(super) fn events(
+        &mut self,
+        room: &KeyPath,
+        raw: Vec<RawEvent>,
+        lanes: bool,
+        room_window: bool,
+    ) -> Vec<EventConfig> {
         let mut events: Vec<EventConfig> = Vec::with_capacity(raw.len());
         for (i, e) in raw.into_iter().enumerate() {
             let p = room.key("event").index(i);
@@ -70,6 +79,42 @@ impl Checker<'_, '_> {
                     MIN_SESSION,
                 )
             });
+            let lanes_only_for = e.lanes_only_for.and_then(|raw| {
+                let key = p.key("lanes_only_for");
+                let text = raw.text.clone();
+                let window = self.duration(&key, Some(raw), Duration::ZERO, Duration::ZERO);
+                // An end not after the start is refused above, once.
+                let length = match end.duration_since(start) {
+                    Ok(d) if !d.is_zero() => d,
+                    _ => Duration::MAX,
+                };
+                if window.is_zero() {
+                    None
+                } else if !lanes {
+                    self.fail(
+                        &key,
+                        format!("{text:?} needs at least one [[room.lane]]: during it only lanes are let in"),
+                    );
+                    None
+                } else if room_window {
+                    self.fail(
+                        &key,
+                        format!("{text:?} and the room's lanes_only_until are both set; a room's presale windows come from one or the other, so remove one"),
+                    );
+                    None
+                } else if window > length {
+                    self.fail(
+                        &key,
+                        format!(
+                            "{text:?} is longer than the event ({} from start to end)",
+                            humantime::format_duration(length)
+                        ),
+                    );
+                    None
+                } else {
+                    Some(window.as_millis() as u64)
+                }
+            });
             let template = e.template.and_then(|t| {
                 if t.trim().is_empty() {
                     self.fail(
@@ -98,6 +143,7 @@ impl Checker<'_, '_> {
                 start_ms: ms(start),
                 end_ms: ms(end),
                 shuffle_at_start: e.shuffle_at_start.unwrap_or(false),
+                lanes_only_for_ms: lanes_only_for,
                 settings: Settings {
                     total_active_users: e.total_active_users,
                     new_users_per_minute: e.new_users_per_minute,
@@ -125,7 +171,7 @@ impl Checker<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::check::tests::{overlay, refusals, with};
+    use crate::config::check::tests::{overlay, refusals, refusals_with, with};
 
     /// An event from 10:00 to 12:00 on 1 January 2030 (UTC), with `keys`
     /// besides (a key given replaces the one here).
@@ -220,5 +266,61 @@ mod tests {
             "prequeue_start = \"2030-01-01T11:30:00Z\"\nstart = \"2030-01-01T13:00:00Z\"\nend = \"2030-01-01T14:00:00Z\"",
         );
         assert_eq!(room_with(&format!("{}{queued}", event(""))), [overlap]);
+    }
+
+    /// The minimal room with a lane "vip" (its codes in `VIP`), `room_keys`
+    /// and `events`: what `waitroom check` refuses.
+    fn laned(room_keys: &str, events: &str) -> Vec<String> {
+        let lane = "[[room.lane]]\nname = \"vip\"\nshare = 0.3\ncodes_env = \"VIP\"\n";
+        refusals_with(
+            &format!("{}{lane}{events}", with("room", room_keys)),
+            &[("VIP", "vip-code-1")],
+        )
+    }
+
+    #[test]
+    fn an_events_presale_window_needs_lanes_and_fits_the_event() {
+        assert!(laned("", &event("lanes_only_for = \"10m\"")).is_empty());
+        assert!(laned("", &event("lanes_only_for = \"2h\"")).is_empty());
+        assert_eq!(
+            room_with(&event("lanes_only_for = \"10m\"")),
+            [
+                r#"room[0].event[0].lanes_only_for: "10m" needs at least one [[room.lane]]: during it only lanes are let in"#
+            ]
+        );
+        assert_eq!(
+            laned("", &event("lanes_only_for = \"0s\"")),
+            [r#"room[0].event[0].lanes_only_for: must be longer than 0, got "0s""#]
+        );
+        assert_eq!(
+            laned("", &event("lanes_only_for = \"2h 1s\"")),
+            [
+                r#"room[0].event[0].lanes_only_for: "2h 1s" is longer than the event (2h from start to end)"#
+            ]
+        );
+        // An event that ends at its start is refused once, for its end.
+        assert_eq!(
+            laned(
+                "",
+                &event("end = \"2030-01-01T10:00:00Z\"\nlanes_only_for = \"10m\"")
+            ),
+            ["room[0].event[0].end: 2030-01-01T10:00:00Z must be after start 2030-01-01T10:00:00Z"]
+        );
+        let negative = laned("", &event("lanes_only_for = \"-5m\""));
+        assert_eq!(negative.len(), 1, "{negative:?}");
+        assert!(negative[0].contains("lanes_only_for"), "{negative:?}");
+    }
+
+    #[test]
+    fn a_room_has_one_kind_of_presale_window() {
+        assert_eq!(
+            laned(
+                "lanes_only_until = \"2030-01-01T09:00:00Z\"",
+                &event("lanes_only_for = \"10m\"")
+            ),
+            [
+                r#"room[0].event[0].lanes_only_for: "10m" and the room's lanes_only_until are both set; a room's presale windows come from one or the other, so remove one"#
+            ]
+        );
     }
 }

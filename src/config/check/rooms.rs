@@ -78,7 +78,12 @@ impl Checker<'_, '_> {
         let sessions_per_item = self.sessions_per_item(p, raw.sessions_per_item);
         let (bypass_paths, bypass_ips, bypass_header) = self.room_bypasses(p, &mut raw);
         let language = self.room_language(p, raw.language.take());
-        let events = self.events(p, std::mem::take(&mut raw.event));
+        let events = self.events(
+            p,
+            std::mem::take(&mut raw.event),
+            !lanes.is_empty(),
+            lanes_only_until_ms != 0,
+        );
         let failed_challenge = raw.failed_challenge.unwrap_or_default();
         let bot_score = self.bot_score(p, &mut raw, failed_challenge);
         let autotune = self.autotune(p, raw.autotune.take(), raw.new_users_per_minute);
@@ -94,6 +99,7 @@ impl Checker<'_, '_> {
             queueing_method: raw.queueing_method.unwrap_or(QueueingMethod::Fifo),
             max_queue_length: raw.max_queue_length.unwrap_or(0),
             sessions_per_item,
+            show_stock: raw.show_stock.unwrap_or(false),
             refresh_interval,
             abandon_after,
             queue_status_code,
