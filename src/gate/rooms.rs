@@ -571,14 +571,18 @@ impl<'a> SpecDigest<'a> {
 impl std::fmt::Debug for SpecDigest<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let e = self.0;
-        f.debug_struct("EventSpec")
-            .field("name", &e.name)
+        // A presale window counts when there is one, so the rooms without
+        // keep the fingerprint they had.
+        let mut d = f.debug_struct("EventSpec");
+        d.field("name", &e.name)
             .field("prequeue_start_ms", &e.prequeue_start_ms)
             .field("start_ms", &e.start_ms)
             .field("end_ms", &e.end_ms)
-            .field("shuffle_at_start", &e.shuffle_at_start)
-            .field("settings", &e.settings)
-            .finish()
+            .field("shuffle_at_start", &e.shuffle_at_start);
+        if let Some(window) = e.lanes_only_for_ms {
+            d.field("lanes_only_for_ms", &Some(window));
+        }
+        d.field("settings", &e.settings).finish()
     }
 }
 
@@ -674,10 +678,15 @@ mod tests {
             },
             notice: None,
         };
-        let before = format!("{spec:?}").replace(", notice: None", "");
+        let before = format!("{spec:?}")
+            .replace(", notice: None", "")
+            .replace(", lanes_only_for_ms: None", "");
         assert_eq!(format!("{:?}", SpecDigest::of(&spec)), before);
         spec.notice = Some(crate::domain::Notice::plain("x"));
         assert_eq!(format!("{:?}", SpecDigest::of(&spec)), before);
+        // A presale window is part of the event.
+        spec.lanes_only_for_ms = Some(60_000);
+        assert_ne!(format!("{:?}", SpecDigest::of(&spec)), before);
     }
 
     #[test]
