@@ -398,6 +398,40 @@ pub struct CookieConfig {
     /// An admitted session used from more distinct client networks than
     /// this is ended (0 = no limit).
     pub max_networks_per_session: u64,
+    /// `cookie.same_site`: when browsers send the ticket on requests from
+    /// other sites.
+    pub same_site: SameSite,
+    /// `cookie.partitioned`: kept per top-level site (CHIPS), for a room
+    /// embedded in another site's frame.
+    pub partitioned: bool,
+    /// `cookie.domain`: the `Domain` attribute (lower case, no leading
+    /// dot), so one ticket serves the shop's subdomains.
+    pub domain: Option<String>,
+}
+
+/// The ticket cookie's `SameSite` attribute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SameSite {
+    /// Sent on top-level navigations from other sites, not on their
+    /// form POSTs or frames (the default).
+    #[default]
+    Lax,
+    /// Never sent on requests another site starts.
+    Strict,
+    /// Always sent (needs `Secure`): a buyer back from a payment page by a
+    /// cross-site form POST keeps the place.
+    None,
+}
+
+impl SameSite {
+    /// As the attribute writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SameSite::Lax => "Lax",
+            SameSite::Strict => "Strict",
+            SameSite::None => "None",
+        }
+    }
 }
 
 /// `[origin]`: the protected site, its time limits and connection cap.

@@ -196,6 +196,12 @@ pub(super) struct RawCookie {
     pub(super) bind_to_client: Option<bool>,
     /// Distinct client networks one admitted session may be used from (0 = any).
     pub(super) max_networks_per_session: Option<u64>,
+    /// `lax`, `strict` or `none`.
+    pub(super) same_site: Option<String>,
+    /// CHIPS: the cookie is kept per top-level site (an embedded room).
+    pub(super) partitioned: Option<bool>,
+    /// The `Domain` attribute: a parent of every room's host.
+    pub(super) domain: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cookie::{Cookie, SameSite};
 use http::HeaderMap;
 
 use crate::clock::Millis;
@@ -82,8 +81,10 @@ pub(crate) struct Tickets {
     keys: KeyRing,
     /// Which ring this is, for the per-thread memory of opened tickets.
     ring: u64,
-    /// Mark cookies `Secure`.
-    secure: bool,
+    /// What follows the value in every ticket cookie: `HttpOnly`,
+    /// `SameSite`, `Secure`, `Partitioned`, `Domain`, `Path`, built once
+    /// from `[cookie]`.
+    attributes: String,
     /// A ticket from another network than its own is no ticket.
     bind_to_client: bool,
     /// Most distinct networks an admitted session may be used from (0 = any).
@@ -100,7 +101,7 @@ impl Tickets {
         Self {
             keys,
             ring: RINGS.fetch_add(1, Ordering::Relaxed),
-            secure: cookie.secure,
+            attributes: attributes(cookie),
             bind_to_client: cookie.bind_to_client,
             max_networks: cookie.max_networks_per_session,
         }
@@ -232,24 +233,56 @@ impl Tickets {
         out.push_str(&room.cookie_name);
         out.push('=');
         out.push_str(&value);
-        out.push_str("; HttpOnly; SameSite=Lax");
-        if self.secure {
-            out.push_str("; Secure");
-        }
-        out.push_str("; Path=/; Max-Age=");
+        out.push_str(&self.attributes);
+        out.push_str("; Max-Age=");
         out.push_str(itoa::Buffer::new().format(max_age));
         out
     }
 
-    /// `Set-Cookie` that removes the room's ticket.
+    /// `Set-Cookie` that removes the room's ticket (with the attributes
+    /// it was set with, or the browser would keep it).
     pub(crate) fn expired_cookie(&self, room: &Room) -> String {
-        Cookie::build((room.cookie_name.as_str(), ""))
-            .path("/")
-            .http_only(true)
-            .same_site(SameSite::Lax)
-            .secure(self.secure)
-            .max_age(cookie::time::Duration::ZERO)
-            .build()
-            .to_string()
+        format!("{}={}; Max-Age=0", room.cookie_name, self.attributes)
+    }
+}
+
+/// A ticket cookie's attributes after its value, from `[cookie]`.
+fn attributes(cookie: &CookieConfig) -> String {
+    let mut out = format!("; HttpOnly; SameSite={}", cookie.same_site.as_str());
+    if cookie.secure {
+        out.push_str("; Secure");
+    }
+    if cookie.partitioned {
+        out.push_str("; Partitioned");
+    }
+    if let Some(domain) = &cookie.domain {
+        out.push_str("; Domain=");
+        out.push_str(domain);
+    }
+    out.push_str("; Path=/");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SameSite;
+
+    #[test]
+    fn the_cookie_attributes_follow_the_config() {
+        let mut c = crate::config::test_shop(10, "").cookie;
+        assert_eq!(attributes(&c), "; HttpOnly; SameSite=Lax; Secure; Path=/");
+        c.same_site = SameSite::None;
+        c.partitioned = true;
+        c.domain = Some("shop.example".into());
+        assert_eq!(
+            attributes(&c),
+            "; HttpOnly; SameSite=None; Secure; Partitioned; Domain=shop.example; Path=/"
+        );
+        c.same_site = SameSite::Strict;
+        c.secure = false;
+        c.partitioned = false;
+        c.domain = None;
+        assert_eq!(attributes(&c), "; HttpOnly; SameSite=Strict; Path=/");
     }
 }

@@ -65,6 +65,9 @@ pub fn config(origin: SocketAddr) -> Config {
             secure: false,
             bind_to_client: false,
             max_networks_per_session: 4,
+            same_site: SameSite::Lax,
+            partitioned: false,
+            domain: None,
         },
         reports: ReportsConfig {
             retention: Duration::from_secs(30 * 24 * 3600),

@@ -116,6 +116,7 @@ impl Checker<'_, '_> {
         let reports = self.reports(raw.reports);
         let origin = self.origin(raw.origin);
         let rooms = self.rooms(raw.room, &server.reserved_prefix);
+        self.cookie_domain_covers(&cookie, &rooms);
         let region = raw.region.map(|r| self.region(r, &store));
         if region.is_some() {
             if let Some(i) = rooms.iter().position(|r| !r.lanes.is_empty()) {
