@@ -464,12 +464,12 @@ const BAD: &[(&str, &str)] = &[
         "room: at least one [[room]] is required (a daemon without rooms protects nothing)",
     ),
     (
-        "origin_https",
-        "origin.url (line 3, column 7): \"https://shop.internal\" uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)",
+        "origin_ca_file_on_http",
+        "origin.ca_file (line 4, column 11): is only used with an https:// origin; remove it or make origin.url https://",
     ),
     (
         "origin_not_http",
-        "origin.url (line 3, column 7): \"127.0.0.1:3000\" must start with http://, such as \"http://127.0.0.1:3000\"",
+        "origin.url (line 3, column 7): \"127.0.0.1:3000\" must start with http:// or https://, such as \"http://127.0.0.1:3000\"",
     ),
     (
         "path_under_reserved_prefix",

@@ -448,6 +448,12 @@ pub struct OriginConfig {
     /// Most connections to the origin per worker thread; a request that
     /// finds them all busy waits for one (within `timeout`).
     pub max_connections: usize,
+    /// `origin.ca_file`: the CAs an `https://` origin's certificate is
+    /// checked against (`None`: the system's).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `origin.client_cert_file` and `origin.client_key_file`: the
+    /// certificate shown to an `https://` origin that asks for one.
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// `[[room]]`: which requests a room protects, its limits, pages and rules.

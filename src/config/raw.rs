@@ -214,6 +214,11 @@ pub(super) struct RawOrigin {
     pub(super) sign_key_env: Option<String>,
     /// Most connections to the origin per worker thread.
     pub(super) max_connections: Option<u64>,
+    /// CAs (PEM) an https:// origin is checked against, else the system's.
+    pub(super) ca_file: Option<String>,
+    /// A client certificate (PEM chain) and its key for an https:// origin.
+    pub(super) client_cert_file: Option<String>,
+    pub(super) client_key_file: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -4,6 +4,7 @@
 //! (`tunnel`) and origin time limits.
 
 pub mod headers;
+mod origin_tls;
 pub(crate) mod pool;
 pub mod sign;
 pub(crate) mod tunnel;
@@ -108,10 +109,12 @@ impl Proxy {
         let authority = parts
             .authority
             .ok_or_else(|| OriginError::BadRequest("origin url has no host".into()))?;
-        let port = authority.port_u16().unwrap_or(80);
+        let https = origin.url.scheme_str() == Some("https");
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let target = Target {
             addr: format!("{}:{port}", authority.host()),
             connect_timeout: origin.connect_timeout,
+            tls: origin_tls::OriginTls::new(origin, authority.host())?,
         };
         let base_path = parts
             .path_and_query

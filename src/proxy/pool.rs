@@ -52,6 +52,8 @@ pub struct Target {
     /// `host:port`, resolved when a connection is made.
     pub addr: String,
     pub connect_timeout: Duration,
+    /// TLS for an `https://` origin.
+    pub(crate) tls: Option<super::origin_tls::OriginTls>,
 }
 
 struct Idle {
@@ -184,18 +186,10 @@ impl Pool {
                 Ok(Ok(s)) => s,
             };
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::Builder::new()
-            .max_buf_size(MAX_READ_BUF)
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable_error(&e))?;
-        tokio::task::spawn_local(async move {
-            let _permit = permit;
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "origin connection ended with an error");
-            }
-        });
-        Ok(sender)
+        match &t.tls {
+            None => handshake(stream, permit).await,
+            Some(tls) => handshake(tls.connect(stream).await?, permit).await,
+        }
     }
 
     /// Connections open now, busy or idle (for tests).
@@ -210,6 +204,29 @@ impl Pool {
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+}
+
+/// HTTP/1.1 over a connected `stream` (plain or TLS); its connection task
+/// runs on the worker and holds the pool's `permit`.
+async fn handshake<S>(
+    stream: S,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<SendRequest<Upload>, OriginError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = http1::Builder::new()
+        .max_buf_size(MAX_READ_BUF)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| unreachable_error(&e))?;
+    tokio::task::spawn_local(async move {
+        let _permit = permit;
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "origin connection ended with an error");
+        }
+    });
+    Ok(sender)
 }
 
 /// A failed exchange with the origin, blamed on the side that failed: the

@@ -78,6 +78,8 @@ pub fn config(origin: SocketAddr) -> Config {
             connect_timeout: Duration::from_secs(2),
             sign_key: None,
             max_connections: 512,
+            ca_file: None,
+            client_cert: None,
         },
         rooms: vec![room("shop", "/")],
         region: None,

@@ -67,12 +67,63 @@ impl Checker<'_, '_> {
                 format!("must be between 1 and 1000000, got {max_connections}"),
             );
         }
+        let https = url.scheme_str() == Some("https");
+        let ca_file = raw.ca_file.map(std::path::PathBuf::from);
+        if let Some(path) = &ca_file {
+            if !https {
+                self.fail(
+                    &p.key("ca_file"),
+                    "is only used with an https:// origin; remove it or make origin.url https://",
+                );
+            } else if let Err(e) = crate::tls::load_certs(path) {
+                self.fail(&p.key("ca_file"), e.to_string());
+            }
+        }
+        let client_cert = match (raw.client_cert_file, raw.client_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let (cert, key) = (
+                    std::path::PathBuf::from(cert),
+                    std::path::PathBuf::from(key),
+                );
+                if !https {
+                    self.fail(
+                        &p.key("client_cert_file"),
+                        "is only used with an https:// origin; remove it or make origin.url https://",
+                    );
+                } else if let Err(e) = crate::tls::load_certified_key(&cert, &key) {
+                    let key_path = if e.is_key() {
+                        "client_key_file"
+                    } else {
+                        "client_cert_file"
+                    };
+                    self.fail(&p.key(key_path), e.to_string());
+                }
+                Some((cert, key))
+            }
+            (Some(_), None) => {
+                self.fail(
+                    &p.key("client_key_file"),
+                    "is required with client_cert_file",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                self.fail(
+                    &p.key("client_cert_file"),
+                    "is required with client_key_file",
+                );
+                None
+            }
+        };
         OriginConfig {
             url,
             timeout,
             connect_timeout,
             sign_key,
             max_connections: usize::try_from(max_connections.clamp(1, 1_000_000)).unwrap_or(1),
+            ca_file,
+            client_cert,
         }
     }
 }
@@ -82,11 +133,8 @@ fn check_origin_url(text: &str) -> Result<http::Uri, &'static str> {
         .parse()
         .map_err(|_| r#"is not a URL such as "http://127.0.0.1:3000""#)?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err("uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)")
-        }
-        _ => return Err(r#"must start with http://, such as "http://127.0.0.1:3000""#),
+        Some("http" | "https") => {}
+        _ => return Err(r#"must start with http:// or https://, such as "http://127.0.0.1:3000""#),
     }
     let Some(authority) = uri.authority() else {
         return Err("must name a host");
@@ -112,16 +160,21 @@ mod tests {
     }
 
     #[test]
-    fn the_url_is_plain_http_to_a_host() {
-        let http = r#"must start with http://, such as "http://127.0.0.1:3000""#;
+    fn the_url_is_http_or_https_to_a_host() {
+        let http = r#"must start with http:// or https://, such as "http://127.0.0.1:3000""#;
         for (url, why) in [
-            ("not a url", r#"is not a URL such as "http://127.0.0.1:3000""#),
-            ("https://127.0.0.1:3000", "uses https, which is not supported; the origin must be http:// (terminate TLS in front of waitroom)"),
+            (
+                "not a url",
+                r#"is not a URL such as "http://127.0.0.1:3000""#,
+            ),
             ("ftp://127.0.0.1", http),
             ("127.0.0.1:3000", http),
             ("/shop", http),
             ("http://:80/", "must name a host"),
-            ("http://user:pw@127.0.0.1:3000", "must not contain a user name or password"),
+            (
+                "http://user:pw@127.0.0.1:3000",
+                "must not contain a user name or password",
+            ),
             ("http://127.0.0.1:3000/?a=1", "must not have a query string"),
         ] {
             assert_eq!(
