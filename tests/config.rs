@@ -513,7 +513,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `show_stock`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `show_stock`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `end_session_paths`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
     ),
     (
         "unknown_server_key",
@@ -554,6 +554,10 @@ const BAD: &[(&str, &str)] = &[
     (
         "bypass_path_above_root",
         "room[0].bypass_paths[0] (line 12, column 17): \"/static/../../x\" cannot be matched: the path climbs above the root",
+    ),
+    (
+        "end_session_path_outside_room",
+        "room[0].end_session_paths[1] (line 10, column 46): \"/order/complete\" is not under the room's path \"/shop\", so no request of this room can reach it",
     ),
     (
         "lanes_only_until_bad_time",

@@ -1,7 +1,8 @@
 //! The reverse proxy and decision mode run the same phases (`Gate::outcome`)
 //! and differ only in what they do with the outcome. One table of requests
 //! (path, host and method spellings of tests/gate_security.rs, bypasses,
-//! reserved paths, lane codes, tickets, a proof-of-work room) goes to two
+//! reserved paths, lane codes, tickets, a proof-of-work room, an end of
+//! session path) goes to two
 //! daemons with the same configuration and the same history: to one as
 //! the request itself (raw bytes), to the other as nginx describes it to
 //! `{prefix}auth`. For every request both must agree: let in, or the same
@@ -145,6 +146,9 @@ const TABLE: &[Req] = &[
     get("/pow"),
     get("/pow/../pow/x"),
     get("/POW"),
+    // The end of a purchase: let in by both (the session then ends, so
+    // this comes last of the rows with a ticket).
+    with_ticket("/shop/order/%63omplete"),
 ];
 
 /// A daemon with a full room on /shop (one visitor inside, whose ticket
@@ -160,6 +164,7 @@ async fn daemon() -> (Harness, String) {
         shop.total_active_users = 1;
         shop.abandon_after = Duration::from_secs(600);
         shop.bypass_paths = vec!["/shop/static/".into()];
+        shop.end_session_paths = vec!["/shop/order/complete".into()];
         shop.lanes = vec![LaneConfig {
             name: "presale".into(),
             share: 300,

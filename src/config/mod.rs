@@ -501,8 +501,13 @@ pub struct RoomConfig {
     pub bypass_ips: Vec<IpNet>,
     /// A header whose exact value lets a request through without a ticket.
     pub bypass_header: Option<(http::HeaderName, Secret)>,
-    /// Match `path` and `bypass_paths` ignoring ASCII case, for origins
-    /// that serve paths that way.
+    /// `room.end_session_paths`: path prefixes under `path`, canonical,
+    /// matched on whole segments like `bypass_paths`, where an admitted
+    /// visitor's session ends when the origin answers 2xx (in decision
+    /// mode, once the request is let in).
+    pub end_session_paths: Vec<String>,
+    /// Match `path`, `bypass_paths` and `end_session_paths` ignoring ASCII
+    /// case, for origins that serve paths that way.
     pub case_insensitive_paths: bool,
     /// Pass WebSocket upgrades of requests a bypass rule forwards (off:
     /// the `Upgrade` is dropped and the request forwarded as plain HTTP).

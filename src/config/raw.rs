@@ -245,6 +245,8 @@ pub(super) struct RawRoom {
     pub(super) bypass_paths: Option<Vec<String>>,
     pub(super) bypass_ips: Option<Vec<String>>,
     pub(super) bypass_header: Option<RawBypassHeader>,
+    /// Path prefixes where the origin's 2xx answer ends the session.
+    pub(super) end_session_paths: Option<Vec<String>>,
     pub(super) case_insensitive_paths: Option<bool>,
     /// Pass WebSocket upgrades of requests a bypass rule forwards.
     pub(super) bypass_upgrades: Option<bool>,

@@ -70,6 +70,10 @@ pub(super) struct Admitted {
     pub(super) session_expires_ms: Millis,
     /// Re-issue the cookie with this ticket.
     pub(super) ticket: Option<Ticket>,
+    /// The request is on one of the room's `end_session_paths` (set by
+    /// `Gate::route`): the session ends with it, on the origin's 2xx
+    /// (`Forwarding::forward`) or, in decision mode, once let in.
+    pub(super) ends_session: bool,
 }
 
 /// The outcome of the ticket phase.
@@ -334,6 +338,7 @@ impl Admission {
                     return Ok(Decision::Forward(Admitted {
                         visitor,
                         session_expires_ms,
+                        ends_session: false,
                         ticket: None,
                     }));
                 }
@@ -347,6 +352,7 @@ impl Admission {
                         Ok(Decision::Forward(Admitted {
                             visitor,
                             session_expires_ms: expires,
+                            ends_session: false,
                             ticket: Some(
                                 self.tickets.admitted(room, visitor, expires, now, ctx.net),
                             ),
@@ -359,6 +365,7 @@ impl Admission {
                     Err(_) => Ok(Decision::Forward(Admitted {
                         visitor,
                         session_expires_ms,
+                        ends_session: false,
                         ticket: None,
                     })),
                 }
@@ -423,6 +430,7 @@ impl Admission {
             Ok(_) => Ok(Decision::Forward(Admitted {
                 visitor,
                 session_expires_ms,
+                ends_session: false,
                 ticket: Some(self.tickets.admitted(
                     room,
                     visitor,
@@ -435,6 +443,7 @@ impl Admission {
             Err(_) => Ok(Decision::Forward(Admitted {
                 visitor,
                 session_expires_ms,
+                ends_session: false,
                 ticket: None,
             })),
         }
@@ -684,6 +693,7 @@ impl Admission {
             Verdict::Admitted { session_expires_ms } => Decision::Forward(Admitted {
                 visitor,
                 session_expires_ms,
+                ends_session: false,
                 ticket: Some(self.tickets.admitted(
                     room,
                     visitor,

@@ -141,6 +141,31 @@ pub(super) async fn decide(
         Outcome::Unmatched => let_in(gate, None, None, ctx.now, "unmatched"),
         Outcome::Bypass(room) => let_in(gate, Some(&room), None, ctx.now, "bypass"),
         Outcome::FailOpen(room) => let_in(gate, Some(&room), None, ctx.now, "fail_open"),
+        // The proxy asks before it forwards and never says how the origin
+        // answered: an `end_session_paths` request is let in as admitted,
+        // and the session ends now (the next request is a newcomer's).
+        Outcome::Admit(room, admitted) if admitted.ends_session => {
+            let mut resp = let_in(
+                gate,
+                Some(&room),
+                Some(Admitted {
+                    ticket: None,
+                    ..admitted
+                }),
+                ctx.now,
+                "admitted",
+            );
+            gate.forwarding
+                .end_session(
+                    &room,
+                    &admitted,
+                    "end_session_paths",
+                    ctx.now,
+                    resp.headers_mut(),
+                )
+                .await;
+            resp
+        }
         Outcome::Admit(room, admitted) => {
             let_in(gate, Some(&room), Some(admitted), ctx.now, "admitted")
         }

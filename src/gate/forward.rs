@@ -2,14 +2,15 @@
 //! request gets from the origin, through the proxy's pools; the tunnel a
 //! WebSocket upgrade becomes, ended with its session; and the origin's
 //! commands (`X-Waitroom-Command: close`, `revoke`) and stock
-//! (`X-Waitroom-Stock`) carried out; for rooms with `[room.autotune]`,
+//! (`X-Waitroom-Stock`) carried out, and a session ended by the origin's
+//! 2xx on one of the room's `end_session_paths`; for rooms with `[room.autotune]`,
 //! how the origin answered counted (`autotune::OriginWindow`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
 use super::operator::Operator;
@@ -152,29 +153,57 @@ impl Forwarding {
                 ),
             }
         }
-        let Some(Admitted {
-            visitor,
-            session_expires_ms,
-            ticket,
-        }) = admitted
-        else {
+        let Some(admitted) = admitted else {
             return resp;
         };
-        if command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke")) {
-            let ended = self
-                .operator
-                .end_session(room, visitor, session_expires_ms, ctx.now);
-            if let Err(e) = ended.await {
-                tracing::warn!(room = %room.config.id, error = %e, "revoke not recorded")
-            }
-            push_cookie(resp.headers_mut(), self.tickets.expired_cookie(room));
-        } else if let Some(ticket) = ticket {
+        let revoked = command.is_some_and(|c| c.eq_ignore_ascii_case(b"revoke"));
+        // On an `end_session_paths` request only a success ends the
+        // session: a refused payment, a redirect to an error page or a 5xx
+        // keeps it, so the visitor can try again.
+        let completed = admitted.ends_session && resp.status().is_success();
+        if revoked || completed {
+            let why = if revoked {
+                "the origin's revoke"
+            } else {
+                "end_session_paths"
+            };
+            self.end_session(room, &admitted, why, ctx.now, resp.headers_mut())
+                .await;
+        } else if let Some(ticket) = admitted.ticket {
             push_cookie(
                 resp.headers_mut(),
                 self.tickets.set_cookie(room, &ticket, ctx.now),
             );
         }
         resp
+    }
+
+    /// Ends `admitted`'s session (`why`: the origin's `revoke`, or a
+    /// request on one of the room's `end_session_paths`) as
+    /// `Operator::end_session` does, counted as `revoked`, and expires its
+    /// cookie in `headers`. Decision mode ends an `end_session_paths`
+    /// session here too.
+    pub(super) async fn end_session(
+        &self,
+        room: &Room,
+        admitted: &Admitted,
+        why: &'static str,
+        now: Millis,
+        headers: &mut HeaderMap,
+    ) {
+        tracing::debug!(
+            room = %room.config.id,
+            visitor = %admitted.visitor.to_hex(),
+            why,
+            "session ended"
+        );
+        let ended =
+            self.operator
+                .end_session(room, admitted.visitor, admitted.session_expires_ms, now);
+        if let Err(e) = ended.await {
+            tracing::warn!(room = %room.config.id, error = %e, why, "session end not recorded")
+        }
+        push_cookie(headers, self.tickets.expired_cookie(room));
     }
 
     /// What ends a tunnel opened by `visitor`'s session: the session ended

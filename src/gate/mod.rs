@@ -359,7 +359,9 @@ impl Gate {
     }
 
     /// Phases 2 to 5 of [`Gate::outcome`]: 2. route (the reserved prefix,
-    /// the room, or none); 3. bypass; 4 and 5, the admission's answer.
+    /// the room, or none); 3. bypass; 4 and 5, the admission's answer,
+    /// and for a visitor let in whether the path is one of the room's
+    /// `end_session_paths` (the session ends with this request).
     async fn route(&self, method: &Method, headers: &HeaderMap, ctx: &Ctx<'_>) -> Outcome {
         if self.intake.own_path(ctx).is_some() {
             return Outcome::Own;
@@ -376,7 +378,10 @@ impl Gate {
             return Outcome::Bypass(room);
         }
         match self.admission.answer(&room, method, headers, ctx).await {
-            Answer::In(admitted) => Outcome::Admit(room, admitted),
+            Answer::In(mut admitted) => {
+                admitted.ends_session = room.ends_session(&key, path);
+                Outcome::Admit(room, admitted)
+            }
             Answer::Show(shown) => Outcome::Show(room, shown),
             Answer::FailOpen => Outcome::FailOpen(room),
         }

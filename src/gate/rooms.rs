@@ -518,6 +518,20 @@ impl Room {
                 }
             })
     }
+
+    /// Whether a request with this match key and canonical path (as
+    /// [`Room::bypasses`] takes them) is on one of the room's
+    /// `end_session_paths`, on whole segments. Either one covered is
+    /// enough: ending a session is the safe direction (only the visitor's
+    /// own place is lost), so no spelling the key folds (`complete.`,
+    /// `complete;x`) keeps a session on a path the origin may serve as the
+    /// one configured.
+    pub fn ends_session(&self, key: &str, path: &str) -> bool {
+        let c = &self.config;
+        c.end_session_paths.iter().any(|p| {
+            covers(p, key, c.case_insensitive_paths) || covers(p, path, c.case_insensitive_paths)
+        })
+    }
 }
 
 /// A stable digest of the limits and events a config file gives a room.

@@ -110,6 +110,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         bypass_paths: vec!["/static/".into()],
         bypass_ips: vec![],
         bypass_header: None,
+        end_session_paths: vec![],
         case_insensitive_paths: false,
         bypass_upgrades: false,
         proof_of_work: 0,

@@ -336,7 +336,18 @@ async fn handle(mut req: Request<Incoming>, log: Log) -> Response<Body> {
                 "served": normalize(req.uri().path()),
                 "headers": headers,
             });
-            let mut resp = reply(StatusCode::OK, full(echo.to_string()));
+            // `?answer=NNN` answers with that status (a failed payment, a
+            // redirect to an error page).
+            let status = req
+                .uri()
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("answer="))
+                .and_then(|v| v.parse::<u16>().ok())
+                .and_then(|v| StatusCode::from_u16(v).ok())
+                .unwrap_or(StatusCode::OK);
+            let mut resp = reply(status, full(echo.to_string()));
             resp.headers_mut()
                 .insert("content-type", "application/json".parse().unwrap());
             resp

@@ -77,6 +77,7 @@ impl Checker<'_, '_> {
         let (queue_status_code, template) = self.room_page(p, &mut raw);
         let sessions_per_item = self.sessions_per_item(p, raw.sessions_per_item);
         let (bypass_paths, bypass_ips, bypass_header) = self.room_bypasses(p, &mut raw);
+        let end_session_paths = self.end_session_paths(p, &mut raw, &path);
         let language = self.room_language(p, raw.language.take());
         let events = self.events(
             p,
@@ -108,6 +109,7 @@ impl Checker<'_, '_> {
             bypass_paths,
             bypass_ips,
             bypass_header,
+            end_session_paths,
             case_insensitive_paths: raw.case_insensitive_paths.unwrap_or(false),
             bypass_upgrades: raw.bypass_upgrades.unwrap_or(false),
             proof_of_work,
@@ -210,6 +212,60 @@ impl Checker<'_, '_> {
             }
         };
         (name, host, path)
+    }
+
+    /// `room.end_session_paths`: each a path prefix as `path` is (the same
+    /// refusals), under the room's own `path` (elsewhere it could never
+    /// match a request of the room), and each once.
+    fn end_session_paths(
+        &mut self,
+        p: &KeyPath,
+        raw: &mut RawRoom,
+        room_path: &str,
+    ) -> Vec<String> {
+        let fold = raw.case_insensitive_paths.unwrap_or(false);
+        // One entry per listed path (`None`: refused), so a duplicate names
+        // the index it repeats.
+        let mut ends: Vec<Option<String>> = Vec::new();
+        let paths = raw.end_session_paths.take().unwrap_or_default();
+        for (i, path) in paths.iter().enumerate() {
+            let key = p.key("end_session_paths").index(i);
+            let canonical = match check_path(path) {
+                Ok(canonical) => canonical,
+                Err(why) => {
+                    self.fail(&key, format!("{path:?} {why}"));
+                    ends.push(None);
+                    continue;
+                }
+            };
+            let same = |e: &Option<String>| {
+                e.as_deref().is_some_and(|e| {
+                    if fold {
+                        e.eq_ignore_ascii_case(&canonical)
+                    } else {
+                        e == canonical
+                    }
+                })
+            };
+            if !crate::canonical::covers(room_path, &canonical, fold) {
+                self.fail(
+                    &key,
+                    format!(
+                        "{path:?} is not under the room's path {room_path:?}, so no request of this room can reach it"
+                    ),
+                );
+                ends.push(None);
+            } else if let Some(j) = ends.iter().position(same) {
+                self.fail(
+                    &key,
+                    format!("{path:?} is listed twice (also end_session_paths[{j}]); name each path once"),
+                );
+                ends.push(None);
+            } else {
+                ends.push(Some(canonical));
+            }
+        }
+        ends.into_iter().flatten().collect()
     }
 
     /// The limits, then `session_duration`, `refresh_interval` and
@@ -329,6 +385,50 @@ mod tests {
         assert_eq!(
             refusals("[origin]\nurl = \"http://127.0.0.1:3000\"\n"),
             ["room: at least one [[room]] is required (a daemon without rooms protects nothing)"]
+        );
+    }
+
+    #[test]
+    fn end_session_paths_are_paths_under_the_room_each_once() {
+        let shop = |ends: &str| room(&format!("path = \"/shop\"\nend_session_paths = {ends}"));
+        assert!(shop(r#"["/shop/order/complete", "/shop/thanks/"]"#).is_empty());
+        assert!(shop("[]").is_empty());
+        assert_eq!(
+            shop(r#"["/shop/ok", "order/complete"]"#),
+            [r#"room[0].end_session_paths[1]: "order/complete" must start with /"#]
+        );
+        assert_eq!(
+            shop(r#"["/shop/a b", "/shop/x?y", "/shop/../../etc"]"#),
+            [
+                r#"room[0].end_session_paths[0]: "/shop/a b" must be a plain path prefix without spaces, ? or #"#,
+                r#"room[0].end_session_paths[1]: "/shop/x?y" must be a plain path prefix without spaces, ? or #"#,
+                r#"room[0].end_session_paths[2]: "/shop/../../etc" cannot be matched: the path climbs above the root"#,
+            ]
+        );
+        assert_eq!(
+            shop(r#"["/order/complete", "/shopping/done"]"#),
+            [
+                r#"room[0].end_session_paths[0]: "/order/complete" is not under the room's path "/shop", so no request of this room can reach it"#,
+                r#"room[0].end_session_paths[1]: "/shopping/done" is not under the room's path "/shop", so no request of this room can reach it"#,
+            ]
+        );
+        // Spellings of one path are one path.
+        assert_eq!(
+            shop(r#"["/shop/done", "/shop//%64one", "/shop/./done"]"#),
+            [
+                r#"room[0].end_session_paths[1]: "/shop//%64one" is listed twice (also end_session_paths[0]); name each path once"#,
+                r#"room[0].end_session_paths[2]: "/shop/./done" is listed twice (also end_session_paths[0]); name each path once"#,
+            ]
+        );
+        // Ignoring case, when the room's paths are matched so.
+        let folded = room(
+            "path = \"/shop\"\ncase_insensitive_paths = true\nend_session_paths = [\"/SHOP/Done\", \"/shop/done\"]",
+        );
+        assert_eq!(
+            folded,
+            [
+                r#"room[0].end_session_paths[1]: "/shop/done" is listed twice (also end_session_paths[0]); name each path once"#
+            ]
         );
     }
 
