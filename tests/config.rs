@@ -513,7 +513,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown_room_key",
-        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `show_stock`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `end_session_paths`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`",
+        "room[1].max_users (line 16, column 1): unknown key `max_users`, expected one of `id`, `name`, `host`, `path`, `total_active_users`, `new_users_per_minute`, `session_duration`, `session_renewal`, `queueing_method`, `max_queue_length`, `sessions_per_item`, `show_stock`, `refresh_interval`, `abandon_after`, `queue_status_code`, `json_response`, `template`, `bypass_paths`, `bypass_ips`, `bypass_header`, `end_session_paths`, `case_insensitive_paths`, `bypass_upgrades`, `proof_of_work`, `bot_score_header`, `min_bot_score`, `failed_challenge`, `challenge`, `challenge_site_key`, `challenge_secret_env`, `challenge_verify_url`, `challenge_script_url`, `challenge_timeout`, `challenge_on_error`, `challenge_concurrency`, `enqueue_token`, `lane`, `lanes_only_until`, `state`, `language`, `event`, `autotune`, `origin`",
     ),
     (
         "unknown_server_key",

@@ -541,6 +541,9 @@ pub struct RoomConfig {
     /// `[room.autotune]`: `new_users_per_minute` follows the origin's
     /// latency and errors (`None`: off).
     pub autotune: Option<AutotuneConfig>,
+    /// `[room.origin]`: this room's own origin, with its own connections
+    /// (`None`: the `[origin]` every room shares).
+    pub origin: Option<OriginConfig>,
 }
 
 /// `[room.autotune]` (docs/operating.md, "Autotune"): once per

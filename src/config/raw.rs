@@ -282,6 +282,8 @@ pub(super) struct RawRoom {
     pub(super) event: Vec<RawEvent>,
     /// `[room.autotune]`; absent: the rate stays where it is set.
     pub(super) autotune: Option<RawAutotune>,
+    /// This room's own origin (replaces `[origin]` for its requests).
+    pub(super) origin: Option<RawOrigin>,
 }
 
 /// `[room.autotune]`: the rate follows the origin's health.

@@ -25,7 +25,11 @@ use crate::respond::push_cookie;
 
 /// The origin, and what comes back from it.
 pub(super) struct Forwarding {
+    /// `[origin]`'s connections.
     proxy: Proxy,
+    /// The rooms with an origin of their own (`[room.origin]`), each with
+    /// its own connections, by room id.
+    room_proxies: std::collections::HashMap<String, Proxy>,
     /// Re-issues and expires admitted visitors' cookies.
     tickets: Arc<Tickets>,
     /// Carries out the origin's commands; checks tunnels' sessions in.
@@ -43,15 +47,20 @@ impl Forwarding {
         operator: Operator,
     ) -> Result<Self, proxy::OriginError> {
         let s = &config.server;
+        let allowance = proxy::upload::Allowance {
+            timeout: s.request_body_timeout,
+            min_rate: s.request_body_min_rate,
+        };
+        let mut room_proxies = std::collections::HashMap::new();
+        for room in &config.rooms {
+            if let Some(origin) = &room.origin {
+                let proxy = Proxy::new(origin, s.workers(), allowance)?;
+                room_proxies.insert(room.id.clone(), proxy);
+            }
+        }
         Ok(Self {
-            proxy: Proxy::new(
-                &config.origin,
-                s.workers(),
-                proxy::upload::Allowance {
-                    timeout: s.request_body_timeout,
-                    min_rate: s.request_body_min_rate,
-                },
-            )?,
+            proxy: Proxy::new(&config.origin, s.workers(), allowance)?,
+            room_proxies,
             tickets,
             operator,
             unmatched_upgrades: s.unmatched_upgrades,
@@ -67,7 +76,13 @@ impl Forwarding {
         room: &str,
         now: Millis,
     ) -> Option<HeaderValue> {
-        self.proxy.signature(visitor, room, now)
+        self.proxy_of(Some(room)).signature(visitor, room, now)
+    }
+
+    /// The connections of `room`'s origin: its own, else `[origin]`'s.
+    fn proxy_of(&self, room: Option<&str>) -> &Proxy {
+        room.and_then(|id| self.room_proxies.get(id))
+            .unwrap_or(&self.proxy)
     }
 
     /// Forwards to the origin; for an admitted visitor names it to the
@@ -115,7 +130,8 @@ impl Forwarding {
         // Kept (not parsed) for the page should the origin fail.
         let accept_language = req.headers().get(header::ACCEPT_LANGUAGE).cloned();
         let started = Instant::now();
-        let forwarded = self.proxy.forward(req, out).await;
+        let proxy = self.proxy_of(room.map(|r| r.config.id.as_str()));
+        let forwarded = proxy.forward(req, out).await;
         let took = started.elapsed();
         self.operator
             .telemetry

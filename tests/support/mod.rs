@@ -124,6 +124,7 @@ pub fn room(id: &str, path: &str) -> RoomConfig {
         language: Language::Auto,
         events: vec![],
         autotune: None,
+        origin: None,
     }
 }
 

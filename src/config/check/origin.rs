@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{defaults, root, Checker};
+use crate::config::keypath::KeyPath;
 use crate::config::raw::RawOrigin;
 use crate::config::{OriginConfig, Secret};
 
@@ -11,7 +12,12 @@ const MIN_SIGN_KEY_LEN: usize = 32;
 
 impl Checker<'_, '_> {
     pub(super) fn origin(&mut self, raw: RawOrigin) -> OriginConfig {
-        let p = root().key("origin");
+        self.origin_at(&root().key("origin"), raw)
+    }
+
+    /// An origin's keys at `p` (`[origin]`, or a room's `[room.origin]`).
+    pub(super) fn origin_at(&mut self, p: &KeyPath, raw: RawOrigin) -> OriginConfig {
+        let p = p.clone();
         let url = match check_origin_url(&raw.url) {
             Ok(uri) => uri,
             Err(why) => {
@@ -218,5 +224,25 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn a_room_may_have_its_own_origin_checked_alike() {
+        let room_origin =
+            |keys: &str| refusals(&format!("{}[room.origin]\n{keys}\n", with("room", "")));
+        assert_eq!(
+            room_origin("url = \"https://drops.internal\""),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            room_origin("url = \"ftp://drops.internal\""),
+            [
+                r#"room[0].origin.url: "ftp://drops.internal" must start with http:// or https://, such as "http://127.0.0.1:3000""#
+            ]
+        );
+        assert_eq!(
+            room_origin("url = \"http://drops.internal\"\nca_file = \"/x.pem\""),
+            ["room[0].origin.ca_file: is only used with an https:// origin; remove it or make origin.url https://"]
+        );
     }
 }

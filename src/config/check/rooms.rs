@@ -88,6 +88,10 @@ impl Checker<'_, '_> {
         let failed_challenge = raw.failed_challenge.unwrap_or_default();
         let bot_score = self.bot_score(p, &mut raw, failed_challenge);
         let autotune = self.autotune(p, raw.autotune.take(), raw.new_users_per_minute);
+        let origin = raw
+            .origin
+            .take()
+            .map(|o| self.origin_at(&p.key("origin"), o));
         RoomConfig {
             id: raw.id,
             name,
@@ -123,6 +127,7 @@ impl Checker<'_, '_> {
             language,
             events,
             autotune,
+            origin,
         }
     }
 

@@ -1,0 +1,57 @@
+//! An origin per room (`[room.origin]`), over real HTTP: each room's
+//! admitted requests reach its own origin on connections of their own,
+//! the rooms without one reach `[origin]`, and one origin going down
+//! gives its room the 502 page while the other room is served.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+
+use support::{from_origin, origin::Origin, room, Harness};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_room_reaches_its_own_origin() {
+    let drops = Origin::start().await;
+    let drops_url: http::Uri = format!("http://{}", drops.addr).parse().unwrap();
+    let h = Harness::start(move |c| {
+        let mut drop_room = room("drop", "/drop");
+        let mut origin = c.origin.clone();
+        origin.url = drops_url.clone();
+        drop_room.origin = Some(origin);
+        c.rooms.push(drop_room);
+    })
+    .await;
+    let shop_before = h.origin.connections.load(Ordering::SeqCst);
+    let v = h.visitor();
+    for _ in 0..3 {
+        let resp = v.get(h.url("/drop/sneakers")).send().await.unwrap();
+        assert!(from_origin(&resp));
+        let echo: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(echo["uri"], "/drop/sneakers");
+    }
+    assert!(drops.connections.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        h.origin.connections.load(Ordering::SeqCst),
+        shop_before,
+        "the drop room's requests never reach [origin]"
+    );
+    let resp = v.get(h.url("/shop")).send().await.unwrap();
+    assert!(from_origin(&resp));
+    assert!(h.origin.connections.load(Ordering::SeqCst) > shop_before);
+
+    // The drop room's origin goes away: its room gets the 502 page, the
+    // other room is still served.
+    let drops_conns = drops.connections.load(Ordering::SeqCst);
+    drop(drops);
+    let resp = h.visitor().get(h.url("/drop/")).send().await.unwrap();
+    assert!(
+        resp.status() == 502 || resp.status() == 504,
+        "{}",
+        resp.status()
+    );
+    assert!(!from_origin(&resp));
+    assert!(drops_conns >= 1);
+    assert!(from_origin(
+        &h.visitor().get(h.url("/")).send().await.unwrap()
+    ));
+}
