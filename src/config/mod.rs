@@ -162,6 +162,8 @@ pub struct BotScore {
     pub min: u8,
 }
 
+pub use crate::enqueue::JwksUrl;
+
 /// `[room.enqueue_token]`: tokens the site signs for its users.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnqueueToken {
@@ -175,19 +177,6 @@ pub struct EnqueueToken {
     /// `audience`, `issuer` and `max_lifetime`, with the room id as an
     /// audience.
     pub rules: crate::enqueue::Rules,
-}
-
-/// `[room.enqueue_token]`'s `jwks_url` and how often it is fetched.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JwksUrl {
-    /// An `http://` or `https://` URL with a host and no user or password.
-    pub url: http::Uri,
-    /// `jwks_min_refresh`: the least time between two fetches asked for by
-    /// a token naming a `kid` the set lacks.
-    pub min_refresh: std::time::Duration,
-    /// `jwks_max_age`: how long a fetched set is used before it is fetched
-    /// again (a `Cache-Control: max-age` in the answer may shorten it).
-    pub max_age: std::time::Duration,
 }
 
 /// `[[room.lane]]`: a priority lane. Its visitors wait in a line of their
