@@ -160,9 +160,7 @@ impl Fetcher {
                     tracing::debug!(room = %self.room, url = %self.jwks.url, keys = public.len(), "JWKS fetched");
                     keys.hold(Arc::new(public));
                     failures = 0;
-                    max_age
-                        .unwrap_or(self.jwks.max_age)
-                        .clamp(self.jwks.min_refresh, self.jwks.max_age)
+                    next_fetch(max_age, &self.jwks)
                 }
                 outcome => {
                     let (counter, why) = match outcome {
@@ -251,6 +249,16 @@ pub(crate) fn parse_fetched(text: &str) -> Result<Vec<PublicKey>, String> {
     super::parse_jwks(&doc.to_string())
 }
 
+/// How long a set fetched with `max_age` (its answer's) is used:
+/// `jwks_max_age` at most, `jwks_min_refresh` at least (which wins when
+/// the two cross, as the config allows).
+fn next_fetch(max_age: Option<Duration>, jwks: &JwksUrl) -> Duration {
+    max_age
+        .unwrap_or(jwks.max_age)
+        .min(jwks.max_age)
+        .max(jwks.min_refresh)
+}
+
 /// `max-age` of a `Cache-Control` value.
 fn max_age(value: &str) -> Option<Duration> {
     value.split(',').find_map(|d| {
@@ -276,6 +284,21 @@ mod tests {
         assert_eq!(max_age("MAX-AGE=\"60\""), Some(Duration::from_secs(60)));
         assert_eq!(max_age("no-cache"), None);
         assert_eq!(max_age("max-age=soon"), None);
+    }
+
+    #[test]
+    fn the_next_fetch_is_within_the_bounds_even_when_they_cross() {
+        let s = Duration::from_secs;
+        let jwks = |min, max| JwksUrl {
+            url: http::Uri::from_static("http://idp.example/jwks.json"),
+            min_refresh: s(min),
+            max_age: s(max),
+        };
+        assert_eq!(next_fetch(None, &jwks(60, 3600)), s(3600));
+        assert_eq!(next_fetch(Some(s(300)), &jwks(60, 3600)), s(300));
+        assert_eq!(next_fetch(Some(s(5)), &jwks(60, 3600)), s(60));
+        assert_eq!(next_fetch(Some(s(86400)), &jwks(60, 3600)), s(3600));
+        assert_eq!(next_fetch(None, &jwks(3600, 60)), s(3600));
     }
 
     #[test]
