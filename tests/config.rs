@@ -229,6 +229,9 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "step",
         "interval",
         "min_requests",
+        "jwks_url",
+        "jwks_min_refresh",
+        "jwks_max_age",
     ] {
         let written = example
             .lines()

@@ -169,7 +169,8 @@ pub use crate::enqueue::JwksUrl;
 pub struct EnqueueToken {
     /// `required`: no place without a valid token; else `optional`.
     pub required: bool,
-    /// `hmac_keys_env` and `jwks_file`: the keys a token may be signed with.
+    /// `hmac_keys_env` and `jwks_file`: the keys a token may be signed with
+    /// (with those fetched from `jwks_url`).
     pub keys: crate::enqueue::TokenKeys,
     /// `jwks_url`: more keys, fetched at start and kept fresh
     /// (`crate::enqueue::jwks`).
