@@ -15,7 +15,7 @@
 //! least one usable key replaces nothing (logged, and counted in
 //! `waitroom_jwks_fetches_total`).
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -49,6 +49,9 @@ pub(crate) struct JwksKeys {
     url: http::Uri,
     fixed: TokenKeys,
     fetched: ArcSwapOption<Vec<PublicKey>>,
+    /// Held while the set changes, so a reload's carry-over cannot
+    /// overwrite a fresher fetch.
+    writing: Mutex<()>,
     /// Wakes the fetch task: a token named an unknown `kid`, or this
     /// room is gone.
     wake: Arc<Notify>,
@@ -69,16 +72,22 @@ impl JwksKeys {
     /// A reload's room takes over `old`'s last good set (same URL), so
     /// tokens keep verifying while its own first fetch runs.
     pub(crate) fn carry_over(&self, old: &JwksKeys) {
+        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         if old.url != self.url || self.fetched.load().is_some() {
             return;
         }
         if let Some(public) = old.fetched.load_full() {
-            self.hold(public);
+            self.store(public);
         }
     }
 
     /// Uses `public` with the config's keys from now on.
     fn hold(&self, public: Arc<Vec<PublicKey>>) {
+        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        self.store(public);
+    }
+
+    fn store(&self, public: Arc<Vec<PublicKey>>) {
         let mut all = self.fixed.clone();
         all.public.extend(public.iter().cloned());
         self.fetched.store(Some(public));
@@ -100,6 +109,7 @@ impl JwksKeys {
             url: jwks.url.clone(),
             fixed: fixed.clone(),
             fetched: ArcSwapOption::empty(),
+            writing: Mutex::new(()),
             wake: Arc::new(Notify::new()),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
