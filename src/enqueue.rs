@@ -19,6 +19,8 @@
 
 use std::net::IpAddr;
 
+pub(crate) mod jwks;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::engine::Engine;
 use jsonwebtoken::errors::ErrorKind;
@@ -34,6 +36,19 @@ pub const NBF_LEEWAY_S: u64 = 60;
 
 /// `max_lifetime` when the room does not set it: a day.
 pub const DEFAULT_MAX_LIFETIME_S: u64 = 24 * 3600;
+
+/// `[room.enqueue_token]`'s `jwks_url` and how often it is fetched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwksUrl {
+    /// An `http://` or `https://` URL with a host and no user or password.
+    pub url: http::Uri,
+    /// `jwks_min_refresh`: the least time between two fetches asked for by
+    /// a token naming a `kid` the set lacks.
+    pub min_refresh: std::time::Duration,
+    /// `jwks_max_age`: how long a fetched set is used before it is fetched
+    /// again (a `Cache-Control: max-age` in the answer may shorten it).
+    pub max_age: std::time::Duration,
+}
 
 /// A public key from the JWKS file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,6 +254,28 @@ pub fn verify(
         return Err(TokenError::TooLong);
     }
     Ok(claims)
+}
+
+/// Whether `token` (refused for its signature) names a `kid` for a public
+/// key that `keys` lacks: a key the room's JWKS URL may have since
+/// gained.
+pub(crate) fn names_unknown_kid(token: &str, keys: &TokenKeys) -> bool {
+    let Ok(header) = jsonwebtoken::decode_header(token) else {
+        return false;
+    };
+    let Some(kid) = header.kid else {
+        return false;
+    };
+    matches!(header.alg, Algorithm::EdDSA | Algorithm::RS256)
+        && !keys.public.iter().any(|k| match k {
+            PublicKey::Ed25519 {
+                kid: Some(have), ..
+            }
+            | PublicKey::Rsa {
+                kid: Some(have), ..
+            } => *have == kid,
+            _ => false,
+        })
 }
 
 /// Why a header `jsonwebtoken` cannot read was refused: an `alg` it does

@@ -38,6 +38,7 @@
 //! * [`secret`]: secrets, cookie keys, constant-time comparison.
 //! * [`enqueue`]: enqueue tokens (compact JWTs a site signs for its users)
 //!   and the keys that verify them.
+//! * `outbound`: the HTTP connector for what the daemon calls out to.
 //! * [`domain`]: the words every layer shares: visitor ids, room policies,
 //!   queueing methods, states, events, runtime changes, proof challenges.
 //! * [`clock`]: wall-clock time as an injected input.
@@ -57,6 +58,7 @@ pub mod domain;
 pub mod enqueue;
 pub mod gate;
 pub mod i18n;
+mod outbound;
 pub mod proxy;
 pub mod queue_page;
 pub mod region;

@@ -229,6 +229,9 @@ fn example_config_documents_every_key_the_loader_accepts() {
         "step",
         "interval",
         "min_requests",
+        "jwks_url",
+        "jwks_min_refresh",
+        "jwks_max_age",
     ] {
         let written = example
             .lines()
@@ -602,6 +605,18 @@ const BAD: &[(&str, &str)] = &[
     (
         "region_global_is_store",
         "region.global_url (line 8, column 14): is the same Redis as store.url; the global store must be a Redis of its own, shared by every region",
+    ),
+    (
+        "enqueue_token_jwks_url_ftp",
+        "room[0].enqueue_token.jwks_url (line 11, column 12): \"ftp://idp.example/jwks.json\" is not an http:// or https:// URL with a host",
+    ),
+    (
+        "enqueue_token_jwks_url_userinfo",
+        "room[0].enqueue_token.jwks_url (line 11, column 12): \"https://user:pw@idp.example/jwks.json\" holds a user or password; leave them out",
+    ),
+    (
+        "enqueue_token_jwks_url_no_host",
+        "room[0].enqueue_token.jwks_url (line 11, column 12): \"https:///jwks.json\" is not an http:// or https:// URL with a host",
     ),
     (
         "enqueue_token_empty_audience",
@@ -1412,6 +1427,49 @@ fn check_exits_64_on_a_bad_autotune() {
         assert_eq!(out.status.code(), Some(64), "{fixture}: {stderr}");
         assert!(stderr.contains(key), "{fixture}: {stderr}");
     }
+}
+
+/// `waitroom check` refuses a `jwks_url` that is not http(s) with a host
+/// and no user or password with exit code 64 and the key's name; a good
+/// one it takes without fetching it (nothing listens on it).
+#[test]
+fn check_exits_64_on_a_bad_jwks_url_and_fetches_none() {
+    for fixture in [
+        "enqueue_token_jwks_url_ftp",
+        "enqueue_token_jwks_url_userinfo",
+        "enqueue_token_jwks_url_no_host",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .args(["check", "--config"])
+            .arg(format!("{FIXTURES}/{fixture}.toml"))
+            .env("WAITROOM_COOKIE_KEYS", KEY_A)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{fixture}: {stderr}");
+        assert!(
+            stderr.contains("room[0].enqueue_token.jwks_url (line 11"),
+            "{fixture}: {stderr}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    let text = std::fs::read_to_string(format!("{FIXTURES}/enqueue_token_jwks_url_ftp.toml"))
+        .unwrap()
+        .replace(
+            "ftp://idp.example/jwks.json",
+            "http://127.0.0.1:9/jwks.json",
+        );
+    std::fs::write(&good, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+        .args(["check", "--config"])
+        .arg(&good)
+        .env("WAITROOM_COOKIE_KEYS", KEY_A)
+        .env("ENQUEUE_KEYS", KEY_A)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
 
 /// `waitroom check` refuses an event's notice that is too long with exit

@@ -49,6 +49,7 @@ async fn daemon_with(
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            jwks_url: None,
             rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         room.lanes = vec![LaneConfig {

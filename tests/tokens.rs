@@ -53,6 +53,7 @@ async fn daemon(required: bool, redis: Option<String>) -> Harness {
                 hmac: vec![SECRET.to_vec()],
                 public: vec![],
             },
+            jwks_url: None,
             rules: waitroom::enqueue::Rules::for_room("shop"),
         });
         if let Some(url) = redis {

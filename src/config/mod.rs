@@ -162,13 +162,19 @@ pub struct BotScore {
     pub min: u8,
 }
 
+pub use crate::enqueue::JwksUrl;
+
 /// `[room.enqueue_token]`: tokens the site signs for its users.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnqueueToken {
     /// `required`: no place without a valid token; else `optional`.
     pub required: bool,
-    /// `hmac_keys_env` and `jwks_file`: the keys a token may be signed with.
+    /// `hmac_keys_env` and `jwks_file`: the keys a token may be signed with
+    /// (with those fetched from `jwks_url`).
     pub keys: crate::enqueue::TokenKeys,
+    /// `jwks_url`: more keys, fetched at start and kept fresh
+    /// (`crate::enqueue::jwks`).
+    pub jwks_url: Option<JwksUrl>,
     /// `audience`, `issuer` and `max_lifetime`, with the room id as an
     /// audience.
     pub rules: crate::enqueue::Rules,

@@ -325,6 +325,12 @@ pub(super) struct RawEnqueueToken {
     pub(super) hmac_keys_env: Option<String>,
     /// A JWKS file with Ed25519 (EdDSA) and RSA (RS256) public keys.
     pub(super) jwks_file: Option<String>,
+    /// A JWKS URL (http or https) fetched at start and kept fresh.
+    pub(super) jwks_url: Option<String>,
+    /// The least time between two fetches asked for by an unknown `kid`.
+    pub(super) jwks_min_refresh: Option<RawDuration>,
+    /// How long a fetched set is used before it is fetched again.
+    pub(super) jwks_max_age: Option<RawDuration>,
     /// `aud` values taken besides the room id; when given, `aud` is required.
     #[serde(default)]
     pub(super) audience: Vec<String>,

@@ -33,7 +33,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
@@ -64,7 +63,7 @@ const WINDOW_MS: Millis = 30_000;
 const WINDOW_MIN: usize = 10;
 const WINDOW_NETS: usize = 1024;
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+use crate::outbound::Https;
 
 /// Why a token got no verdict: the verifier did not answer.
 #[derive(Debug, thiserror::Error)]
@@ -148,20 +147,7 @@ impl Recent {
 impl Verifier {
     /// For `rooms` (those with a captcha get their bound).
     pub(crate) fn new(rooms: &[RoomConfig]) -> Self {
-        let connector = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-            Ok(b) => b.https_or_http().enable_http1().build(),
-            Err(e) => {
-                tracing::warn!(error = %e, "no CA certificates: captcha verifiers are reachable over plain HTTP only");
-                let empty = rustls::ClientConfig::builder()
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(empty)
-                    .https_or_http()
-                    .enable_http1()
-                    .build()
-            }
-        };
+        let connector = crate::outbound::https_connector("captcha verifiers");
         let rooms = rooms
             .iter()
             .filter_map(|r| {

@@ -108,16 +108,32 @@ impl Admission {
             }
             return Ok(Entry::Anyone);
         };
-        let checked =
-            enqueue::verify(&token, &rule.keys, &rule.rules, ctx.now / 1000).and_then(|c| {
-                if c.room != room.config.id {
-                    Err(TokenError::OtherRoom)
-                } else if c.ip.is_some_and(|ip| ip != ctx.client) {
-                    Err(TokenError::OtherAddress)
-                } else {
-                    Ok(c)
-                }
-            });
+        let fetched;
+        let keys = match &room.jwks {
+            Some(jwks) => {
+                fetched = jwks.keys();
+                &*fetched
+            }
+            None => &rule.keys,
+        };
+        let verified = enqueue::verify(&token, keys, &rule.rules, ctx.now / 1000);
+        if let (Err(TokenError::Signature), Some(jwks)) = (&verified, &room.jwks) {
+            if enqueue::names_unknown_kid(&token, keys) {
+                // Refused with the keys held now; the fetch task looks
+                // again (at most once per jwks_min_refresh), for the next.
+                tracing::debug!(room = %room.config.id, "enqueue token names a kid the JWKS lacks; refused, and the JWKS is fetched again");
+                jwks.unknown_kid();
+            }
+        }
+        let checked = verified.and_then(|c| {
+            if c.room != room.config.id {
+                Err(TokenError::OtherRoom)
+            } else if c.ip.is_some_and(|ip| ip != ctx.client) {
+                Err(TokenError::OtherAddress)
+            } else {
+                Ok(c)
+            }
+        });
         let claims = match checked {
             Ok(c) => c,
             Err(why) => {

@@ -68,6 +68,9 @@ pub struct Room {
     pub(crate) origin_health: super::autotune::OriginWindow,
     /// What this room's webhooks follow, as this instance last saw it.
     pub(crate) watch: super::happenings::Watch,
+    /// The enqueue-token keys with those fetched from `jwks_url`
+    /// (`None`: the room names no JWKS URL).
+    pub(crate) jwks: Option<Arc<crate::enqueue::jwks::JwksKeys>>,
     clock: SharedClock,
 }
 
@@ -217,6 +220,15 @@ impl Room {
     ) -> Self {
         let base_policy = config.policy();
         let events = Arc::new(events);
+        let jwks = config.enqueue_token.as_ref().and_then(|t| {
+            Some(crate::enqueue::jwks::JwksKeys::start(
+                &config.id,
+                &t.keys,
+                t.jwks_url.as_ref()?,
+                clock.clone(),
+                metrics.jwks_fetches.clone(),
+            ))
+        });
         let room = Self {
             fingerprint: fingerprint(&base_policy, &config),
             in_force: ArcSwap::from_pointee(InForce {
@@ -247,6 +259,7 @@ impl Room {
             tunnels: Arc::default(),
             origin_health: Default::default(),
             watch: Default::default(),
+            jwks,
             clock,
             config,
         };

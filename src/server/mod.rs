@@ -316,6 +316,12 @@ impl Live {
             self.telemetry.clone(),
         )?;
         next.refresh_overrides().await;
+        for room in next.rooms.all() {
+            let old = current.rooms.by_id(&room.config.id);
+            if let (Some(new), Some(old)) = (&room.jwks, old.and_then(|r| r.jwks.as_ref())) {
+                new.carry_over(old);
+            }
+        }
         self.gates.store(Arc::new(next));
         self.telemetry.webhooks.reload(&config.webhooks);
         match (&self.certs, &config.tls) {

@@ -74,6 +74,8 @@ pub struct Metrics {
     store_totals: Family<KindLabel, Gauge>,
     /// Outcomes of this instance's decisions.
     decisions: Family<OutcomeLabel, Counter>,
+    /// Fetches of the rooms' JWKS URLs by outcome (ok, failed, invalid).
+    jwks_fetches: Family<OutcomeLabel, Counter>,
     /// Visitors who entered a priority lane, and who were let in from one.
     lane_decisions: Family<LaneLabel, Counter>,
     decision_latency: HistogramFamily<RoomLabel>,
@@ -133,6 +135,8 @@ pub struct RoomMetrics {
     pub(crate) token_refused: Counter,
     pub(crate) token_replayed: Counter,
     pub(crate) token_folded: Counter,
+    /// Fetches of the room's JWKS URL: ok, failed, invalid.
+    pub(crate) jwks_fetches: [Counter; 3],
     /// Lane codes refused (unknown, or single-use and used): the visitor
     /// waits in the general queue.
     pub lane_code_refused: Counter,
@@ -196,6 +200,7 @@ impl Metrics {
             eta: Family::default(),
             store_totals: Family::default(),
             decisions: Family::default(),
+            jwks_fetches: Family::default(),
             lane_decisions: Family::default(),
             decision_latency: Family::new_with_constructor(latency_histogram),
             queue_wait: Family::new_with_constructor(wait_histogram),
@@ -241,6 +246,11 @@ impl Metrics {
             "decisions",
             "This instance's decisions by outcome (admitted, queued, rejected, revoked, limited, shared, challenged, proof_refused, shed, shadowed, would_shadow, captcha_*, token_*, lane_code_refused)",
             m.decisions.clone(),
+        );
+        registry.register(
+            "jwks_fetches",
+            "Fetches of a room's enqueue-token JWKS URL by outcome: ok, failed (no answer, an error status), invalid (not a JWKS; the last good set kept)",
+            m.jwks_fetches.clone(),
         );
         registry.register(
             "lane_decisions",
@@ -321,6 +331,12 @@ impl Metrics {
             token_refused: outcome("token_refused"),
             token_replayed: outcome("token_replayed"),
             token_folded: outcome("token_folded"),
+            jwks_fetches: ["ok", "failed", "invalid"].map(|outcome| {
+                self.jwks_fetches.get_or_create_owned(&OutcomeLabel {
+                    room: room.to_owned(),
+                    outcome,
+                })
+            }),
             lane_code_refused: outcome("lane_code_refused"),
             lanes: Vec::new(),
             decision_latency: self.decision_latency.get_or_create_owned(&RoomLabel {

@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rand::Rng;
@@ -19,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{Common, Counts, Happening, Hook};
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+use crate::outbound::{https_connector, Https};
 pub(super) type HttpClient = Client<Https, Full<Bytes>>;
 
 /// `X-Waitroom-Delivery`: the happening's id, the same on every retry.
@@ -38,27 +37,6 @@ const MAX_ANSWER_LEN: usize = 64 * 1024;
 /// The webhooks' client: HTTP/1 over [`https_connector`].
 pub(super) fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build(https_connector("webhooks"))
-}
-
-/// A connector for `https://` (trusting the system's CA certificates) and
-/// plain `http://`; without any CA certificate, only plain HTTP, and a
-/// warning says that `what` cannot be reached over HTTPS. The captcha
-/// verifier's client (`gate::captcha`) builds the same connector.
-fn https_connector(what: &str) -> Https {
-    match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-        Ok(b) => b.https_or_http().enable_http1().build(),
-        Err(e) => {
-            tracing::warn!(error = %e, "no CA certificates: {what} are reachable over plain HTTP only");
-            let empty = rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(empty)
-                .https_or_http()
-                .enable_http1()
-                .build()
-        }
-    }
 }
 
 /// What one attempt came to.

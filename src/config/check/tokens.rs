@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::Checker;
 use crate::config::keypath::KeyPath;
-use crate::config::raw::RawEnqueueToken;
-use crate::config::EnqueueToken;
+use crate::config::raw::{RawDuration, RawEnqueueToken};
+use crate::config::{EnqueueToken, JwksUrl};
 
 impl Checker<'_, '_> {
     /// `[room.enqueue_token]`: its mode and keys (at least one key).
@@ -68,6 +68,7 @@ impl Checker<'_, '_> {
                 Err(e) => self.fail(&path, format!("cannot read {file}: {e}")),
             }
         }
+        let jwks_url = self.jwks_url(p, raw.jwks_url, raw.jwks_min_refresh, raw.jwks_max_age);
         for (key, values) in [("audience", &raw.audience), ("issuer", &raw.issuer)] {
             if let Some(bad) = values
                 .iter()
@@ -87,8 +88,11 @@ impl Checker<'_, '_> {
             Duration::from_secs(crate::enqueue::DEFAULT_MAX_LIFETIME_S),
             Duration::from_secs(60),
         );
-        if keys.hmac.is_empty() && keys.public.is_empty() {
-            self.fail(p, "no keys: give hmac_keys_env, jwks_file or both");
+        if keys.hmac.is_empty() && keys.public.is_empty() && jwks_url.is_none() {
+            self.fail(
+                p,
+                "no keys: give hmac_keys_env, jwks_file, jwks_url or several",
+            );
             return None;
         }
         let rules =
@@ -96,7 +100,63 @@ impl Checker<'_, '_> {
         Some(EnqueueToken {
             required,
             keys,
+            jwks_url,
             rules,
+        })
+    }
+
+    /// `jwks_url` and its refresh bounds. The URL is checked, not fetched.
+    fn jwks_url(
+        &mut self,
+        p: &KeyPath,
+        url: Option<String>,
+        min_refresh: Option<RawDuration>,
+        max_age: Option<RawDuration>,
+    ) -> Option<JwksUrl> {
+        let min_refresh = self.bounded(
+            &p.key("jwks_min_refresh"),
+            min_refresh,
+            Duration::from_secs(60),
+            (
+                Duration::from_secs(1),
+                Duration::from_secs(3600),
+                "between 1s and 1h",
+            ),
+        );
+        let max_age = self.bounded(
+            &p.key("jwks_max_age"),
+            max_age,
+            Duration::from_secs(3600),
+            (
+                Duration::from_secs(60),
+                Duration::from_secs(7 * 24 * 3600),
+                "between 1m and 7days",
+            ),
+        );
+        let text = url?;
+        let path = p.key("jwks_url");
+        let parsed = text.parse::<http::Uri>().ok().filter(|u| {
+            matches!(u.scheme_str(), Some("http" | "https"))
+                && u.host().is_some_and(|h| !h.is_empty())
+        });
+        let Some(url) = parsed else {
+            self.fail(
+                &path,
+                format!("{text:?} is not an http:// or https:// URL with a host"),
+            );
+            return None;
+        };
+        if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+            self.fail(
+                &path,
+                format!("{text:?} holds a user or password; leave them out"),
+            );
+            return None;
+        }
+        Some(JwksUrl {
+            url,
+            min_refresh,
+            max_age,
         })
     }
 }
@@ -105,7 +165,8 @@ impl Checker<'_, '_> {
 mod tests {
     use crate::config::check::tests::{file, refusals_with, with, KEY};
 
-    const NO_KEYS: &str = "room[0].enqueue_token: no keys: give hmac_keys_env, jwks_file or both";
+    const NO_KEYS: &str =
+        "room[0].enqueue_token: no keys: give hmac_keys_env, jwks_file, jwks_url or several";
 
     /// `keys` in `[room.enqueue_token]`, with `vars` in the environment.
     fn token(keys: &str, vars: &[(&str, &str)]) -> Vec<String> {
@@ -168,6 +229,64 @@ mod tests {
                 NO_KEYS.to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn the_jwks_url_is_http_with_a_host_and_no_user() {
+        let key = "room[0].enqueue_token.jwks_url";
+        for (url, why) in [
+            (
+                "ftp://idp.example/jwks.json",
+                "is not an http:// or https:// URL with a host",
+            ),
+            (
+                "https:///jwks.json",
+                "is not an http:// or https:// URL with a host",
+            ),
+            (
+                "idp.example/jwks.json",
+                "is not an http:// or https:// URL with a host",
+            ),
+            (
+                "https://a:b@idp.example/jwks.json",
+                "holds a user or password; leave them out",
+            ),
+            (
+                "https://a@idp.example/jwks.json",
+                "holds a user or password; leave them out",
+            ),
+        ] {
+            assert_eq!(
+                token(&format!("jwks_url = {url:?}"), &[]),
+                [format!("{key}: {url:?} {why}"), NO_KEYS.to_owned()],
+                "{url}"
+            );
+        }
+        // A URL alone is a key source; it is not fetched here.
+        assert!(token(
+            "jwks_url = \"https://idp.example/.well-known/jwks.json\"",
+            &[]
+        )
+        .is_empty());
+        assert!(token("jwks_url = \"http://127.0.0.1:9/jwks.json\"", &[]).is_empty());
+        let url = "jwks_url = \"https://idp.example/jwks.json\"";
+        assert_eq!(
+            token(&format!("{url}\njwks_min_refresh = \"0.5s\""), &[]),
+            [r#"room[0].enqueue_token.jwks_min_refresh: must be between 1s and 1h, got "0.5s""#]
+        );
+        assert_eq!(
+            token(&format!("{url}\njwks_min_refresh = \"2h\""), &[]),
+            [r#"room[0].enqueue_token.jwks_min_refresh: must be between 1s and 1h, got "2h""#]
+        );
+        assert_eq!(
+            token(&format!("{url}\njwks_max_age = \"10s\""), &[]),
+            [r#"room[0].enqueue_token.jwks_max_age: must be between 1m and 7days, got "10s""#]
+        );
+        assert!(token(
+            &format!("{url}\njwks_min_refresh = \"5s\"\njwks_max_age = \"10m\""),
+            &[]
+        )
+        .is_empty());
     }
 
     #[test]

@@ -218,7 +218,7 @@ impl Checker<'_, '_> {
     }
 
     /// A duration within `(min, max, as written)`; `default` when absent.
-    fn bounded(
+    pub(super) fn bounded(
         &mut self,
         p: &KeyPath,
         raw: Option<RawDuration>,
