@@ -76,19 +76,22 @@ impl Liveness {
     }
 }
 
-/// Pings the store every `every` while the guard lives, each ping bounded
-/// by `timeout`; each answer is noted. While a call has gone unanswered
-/// and nothing has answered since ([`Liveness::suspect`]), pings go every
-/// [`SUSPECT_PING_EVERY`], overlapping: a Redis busy in a long script
-/// answers a ping sent near the script's end in time, so it is seen
-/// answering between scripts (its answers to pings sent earlier come
-/// after their callers gave up, unseen).
+/// Pings the store every `every` while the guard lives, each ping waiting
+/// up to `window` (`store.unreachable_after`) for its answer; each answer
+/// is noted when it comes. While a call has gone unanswered and nothing
+/// has answered since ([`Liveness::suspect`]), pings go every
+/// [`SUSPECT_PING_EVERY`], overlapping. A Redis busy in long scripts
+/// answers the pings queued behind each script as it ends: late, but an
+/// answer, so it is seen answering between scripts however loaded this
+/// machine is (a ping bounded by the store timeout had to be sent in the
+/// script's last moments and read in time, which a loaded machine
+/// missed); one that answers nothing for the window is down.
 async fn keep_pinging(
     liveness: std::sync::Weak<Liveness>,
     store: SharedStore,
     clock: SharedClock,
     every: Duration,
-    timeout: Duration,
+    window: Duration,
 ) {
     loop {
         let Some(live) = liveness.upgrade() else {
@@ -102,7 +105,7 @@ async fn keep_pinging(
         }
         let (store, clock) = (store.clone(), clock.clone());
         tokio::spawn(async move {
-            if let Ok(Ok(())) = tokio::time::timeout(timeout, store.ping()).await {
+            if let Ok(Ok(())) = tokio::time::timeout(window, store.ping(window)).await {
                 live.answered(clock.now_ms());
             }
         });
@@ -172,7 +175,7 @@ impl StoreGuard {
                     shared.clone(),
                     clock.clone(),
                     every,
-                    config.store.timeout,
+                    unreachable_after,
                 ));
             }
         }

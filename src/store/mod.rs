@@ -359,9 +359,11 @@ pub trait Maintenance: Send + Sync {
     async fn upkeep(&self) {}
 
     /// The cheapest call the store answers, to tell a store that is busy
-    /// (it answers, late) from one that is unreachable (`gate::guard`).
-    /// An in-process store always answers.
-    async fn ping(&self) -> Result<(), StoreError> {
+    /// (it answers, late) from one that is unreachable (`gate::guard`):
+    /// waits up to `within` for the answer. An in-process store always
+    /// answers.
+    async fn ping(&self, within: std::time::Duration) -> Result<(), StoreError> {
+        let _ = within;
         Ok(())
     }
 

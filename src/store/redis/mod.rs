@@ -519,15 +519,15 @@ impl Maintenance for RedisStore {
         Some(self.inner.answers.load(Ordering::Relaxed))
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self, within: Duration) -> Result<(), StoreError> {
         // (Not TIME: a ping that waited behind a long script would measure
         // the server clock wrong.)
         let reply: Result<String, StoreError> = match self.inner.conn.handle() {
             Handle::Single(mut c) => {
-                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
+                bounded(within, redis::cmd("PING").query_async(&mut c)).await?
             }
             Handle::Cluster(mut c) => {
-                bounded(self.inner.timeout, redis::cmd("PING").query_async(&mut c)).await?
+                bounded(within, redis::cmd("PING").query_async(&mut c)).await?
             }
         };
         self.inner.saw(&reply);
