@@ -38,20 +38,6 @@ async fn newcomer(h: &Harness) -> (reqwest::Client, bool) {
     (v, from_origin(&resp))
 }
 
-async fn release(h: &Harness, visitor: &str) {
-    let resp = h
-        .bare()
-        .post(h.admin_url("/api/rooms/shop/release"))
-        .bearer_auth(TOKEN)
-        .json(&json!({ "visitor": visitor }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["released"], true, "{visitor}");
-}
-
 fn near(v: &Value, want: f64) -> bool {
     v.as_f64()
         .is_some_and(|got| (got - want).abs() <= want * 0.05)
@@ -72,11 +58,11 @@ async fn a_drop_is_accounted_for_from_arrival_to_no_show() {
     h.daemon.gate().refresh_room_figures().await;
     // 30 s later the first leaves; the head of the queue comes for its place.
     h.clock.advance(Duration::from_secs(30));
-    release(&h, &a.to_hex()).await;
+    h.release_ok(a).await;
     assert_eq!(h.status(&queued[0]).await["state"], "admitted");
     // 30 s later the second leaves; the next is let in but never comes.
     h.clock.advance(Duration::from_secs(30));
-    release(&h, &b.to_hex()).await;
+    h.release_ok(b).await;
 
     let r = report(&h, "").await;
     let t = &r["totals"];

@@ -129,18 +129,6 @@ fn with_hook(receiver: &Receiver) -> impl Fn(&mut Config) + '_ {
     }
 }
 
-async fn release(h: &Harness, visitor: &str) {
-    let resp = h
-        .bare()
-        .post(h.admin_url("/api/rooms/shop/release"))
-        .bearer_auth(TOKEN)
-        .json(&json!({ "visitor": visitor }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rooms_happenings_reach_its_webhook_signed() {
     let r = Receiver::start().await;
@@ -188,7 +176,7 @@ async fn a_rooms_happenings_reach_its_webhook_signed() {
     assert_eq!(batch["data"]["count"], 2, "{batch}");
 
     // A release is a revoke, and names the visitor.
-    release(&h, &a.to_hex()).await;
+    h.release_ok(a).await;
     let revokes = r.until("revokes", |_| true).await;
     assert_eq!(revokes["data"]["visitors"], json!([a.to_hex()]));
 

@@ -200,6 +200,17 @@ impl Harness {
         self.admin(reqwest::Method::GET, path).send().await.unwrap()
     }
 
+    /// `POST /api/rooms/shop/release` of `visitor`, as the operator; it
+    /// must have been released.
+    pub async fn release_ok(&self, visitor: waitroom::store::VisitorId) {
+        let body = serde_json::json!({ "visitor": visitor.to_hex() });
+        let req = self.admin(reqwest::Method::POST, "/api/rooms/shop/release");
+        let resp = req.json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let answer: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(answer["released"], true, "{visitor}");
+    }
+
     /// `PATCH /api/rooms/{room}` with `body`, as the operator.
     pub async fn patch_room(&self, room: &str, body: serde_json::Value) -> reqwest::Response {
         let path = format!("/api/rooms/{room}");
